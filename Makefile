@@ -1,0 +1,37 @@
+# Entry points: `make scenario NAME=allreduce-torus [SET="workload.bytes_per_rank=4MiB"]`, `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+NAME ?= allreduce-torus
+SET ?=
+SET_ARGS := $(foreach s,$(SET),--set $(s))
+
+.PHONY: setup host venv scenario test test-unit clean-state list
+
+setup: host venv
+
+host:
+	@bash tools/setup-host.sh
+
+# Mininet's module exists only for Debian's /usr/bin/python3, so the venv is built from it.
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	@test -x /usr/bin/python3 || { echo "need /usr/bin/python3 (Debian python3)"; exit 1; }
+	/usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+scenario: setup
+	$(PY) -m testbed run $(NAME) $(SET_ARGS)
+
+list: venv
+	@$(PY) -m testbed list
+
+test: setup
+	$(PY) -m pytest -q -rs
+
+test-unit: venv
+	$(PY) -m pytest -q tests/unit
+
+clean-state: venv
+	$(PY) -m testbed clean

@@ -1,0 +1,78 @@
+"""Launch os-ken with one of the testbed's apps (os-ken 4.x has no manager command).
+
+    python -m controllers.launcher --port 16653 --app proactive_routing \
+        --fabric fabric.json --events events.jsonl [--param routing=dimension_order]
+
+The OpenFlow listener binds to 127.0.0.1 only. Apps receive a ``testbed`` context with the
+fabric, their parameters and the event log.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+
+from controllers.events import EventLog
+from topologies.model import Fabric
+
+LISTEN_HOST = "127.0.0.1"
+APPS = ("proactive_routing",)
+
+
+@dataclass
+class AppSettings:
+    fabric: Fabric
+    events: EventLog
+    params: dict = field(default_factory=dict)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="controllers.launcher")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--app", choices=APPS, required=True)
+    ap.add_argument("--fabric", required=True, help="fabric description (JSON, topologies.model)")
+    ap.add_argument("--events", required=True, help="event log to append to (JSON lines)")
+    ap.add_argument("--param", action="append", default=[], help="app parameter key=value")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from os_ken import cfg
+    from os_ken.base.app_manager import AppManager
+    import os_ken.controller.controller  # noqa: F401  (registers the ofp-* options)
+
+    cfg.CONF(args=["--ofp-listen-host", LISTEN_HOST, "--ofp-tcp-listen-port", str(args.port)],
+             project="os_ken")
+    with open(args.fabric) as f:
+        fabric = Fabric.from_json(f.read())
+    events = EventLog(args.events)
+    params = dict(p.split("=", 1) for p in args.param)
+    settings = AppSettings(fabric=fabric, events=events, params=params)
+
+    def stop(signum, _frame):
+        events.write("controller_stopped", signal=signum)
+        events.close()
+        os._exit(0)  # os-ken's hub threads cannot be joined; nothing is left to flush
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    mgr = AppManager.get_instance()
+    mgr.load_apps([f"controllers.{args.app}"])
+    contexts = mgr.create_contexts()
+    contexts["testbed"] = settings
+    threads = mgr.instantiate_apps(**contexts)
+    events.write("controller_listening", host=LISTEN_HOST, port=args.port, pid=os.getpid())
+    for t in threads:
+        t.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

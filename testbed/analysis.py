@@ -1,0 +1,157 @@
+"""Analysis of a run folder, re-runnable: raw files in, tables and summary.json out.
+
+    packets.parquet     one row per packet sent: flow, msg, seq, psn, tx_ns, rx_ns, bytes, ecn
+    messages.parquet    one row per message (a collective step): timing from release to arrival
+    iterations.parquet  one row per collective iteration: time, analytical bound, ratio
+    summary.json        the numbers a user reads first (schema below, SUMMARY_VERSION)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from testbed import records
+from testbed.collectives import ring_allreduce_bound_s
+from testbed.packets import HEADER_BYTES
+
+SUMMARY_VERSION = 1
+# Fidelity thresholds: the run says it could not keep up when any is crossed.
+MAX_PACING_LATE_FRACTION = 0.01
+MAX_MACHINE_BUSY_FRACTION = 0.97
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text())
+
+
+def packet_table(raw: Path, messages: pd.DataFrame) -> pd.DataFrame:
+    tx = pd.DataFrame(records.read(raw / "tx.bin", records.TX_DTYPE)).drop(columns="_pad")
+    rx = pd.DataFrame(records.read(raw / "rx.bin", records.RX_DTYPE)).drop(columns="_pad")
+    rx = rx.drop_duplicates(["msg", "seq"]).rename(columns={"tx_ns": "rx_tx_ns", "frame_bytes": "rx_bytes"})
+    df = tx.merge(rx[["msg", "seq", "rx_ns", "ecn"]], on=["msg", "seq"], how="left")
+    df["flow"] = messages["flow"].to_numpy()[df["msg"].to_numpy()]
+    df = df.rename(columns={"frame_bytes": "bytes"})
+    df["rx_ns"] = df["rx_ns"].astype("Int64")
+    df["ecn"] = df["ecn"].astype("UInt8")
+    df["latency_ns"] = df["rx_ns"] - df["tx_ns"]
+    return df[["flow", "msg", "seq", "psn", "tx_ns", "rx_ns", "latency_ns", "bytes", "ecn"]]
+
+
+def message_table(raw: Path) -> pd.DataFrame:
+    sched = pd.DataFrame(_read_json(raw / "schedule.json")).set_index("id")
+    timing = pd.DataFrame(_read_json(raw / "messages.json")).set_index("id")
+    df = sched.join(timing.drop(columns=["bytes"]))
+    df.index.name = "msg"
+    df = df.reset_index()
+    for col in ("release_ns", "first_tx_ns", "last_tx_ns", "complete_ns"):
+        df[col] = df[col].where(df[col] > 0).astype("Int64")
+    df["complete"] = df["recv_packets"] >= df["packets"]
+    df["duration_ns"] = df["complete_ns"] - df["release_ns"]
+    return df
+
+
+def iteration_table(msgs: pd.DataFrame, n_ranks: int, bytes_per_rank: int, bw_bps: float) -> pd.DataFrame:
+    rows = []
+    bound = ring_allreduce_bound_s(n_ranks, bytes_per_rank, bw_bps)
+    for it, g in msgs.groupby("iteration"):
+        complete = bool(g["complete"].all())
+        start = g.loc[g["step"] == 0, "release_ns"].min()
+        end = g["complete_ns"].max() if complete else pd.NA
+        t = (end - start) / 1e9 if complete else np.nan
+        rows.append({"iteration": it, "complete": complete, "start_ns": start, "end_ns": end,
+                     "time_s": t, "bound_s": bound, "bound_ratio": bound / t if complete else np.nan})
+    return pd.DataFrame(rows)
+
+
+def _pct(series: pd.Series, q: float) -> float | None:
+    s = series.dropna()
+    return float(np.percentile(s.to_numpy(dtype="float64"), q)) if len(s) else None
+
+
+def analyze(run_dir: Path) -> dict:
+    run_dir = Path(run_dir)
+    raw = run_dir / "raw"
+    manifest = _read_json(run_dir / "manifest.json")
+    sc = manifest["scenario"]
+    engine = _read_json(raw / "engine.json")
+    msgs = message_table(raw)
+    pkts = packet_table(raw, msgs)
+    n = len(manifest["ranks"])
+    bw_bps = sc["fabric"]["bw_mbps"] * 1e6
+    S = sc["workload"]["bytes_per_rank"]
+    iters = iteration_table(msgs, n, S, bw_bps)
+    pkts.to_parquet(run_dir / "packets.parquet", index=False)
+    msgs.to_parquet(run_dir / "messages.parquet", index=False)
+    iters.to_parquet(run_dir / "iterations.parquet", index=False)
+
+    sent = len(pkts)
+    received = int(pkts["rx_ns"].notna().sum())
+    lat_us = pkts["latency_ns"].astype("float64") / 1e3
+    queues = _read_json(raw / "queues_end.json") if (raw / "queues_end.json").exists() else []
+    qdisc_drops = int(sum(q["drops"] for q in queues))
+    socket_drops = int(sum(h["socket_drops"] for h in engine["hosts"]))
+    duration_s = (engine["end_ns"] - engine["start_ns"]) / 1e9
+    payload_delivered = int(msgs.loc[msgs["complete"], "bytes"].sum())
+    cpu = manifest.get("cpu", {})
+    busy_hosts = max(1, len(engine["hosts"]))
+    pacing_late = sum(h["pacing_late_ns"] for h in engine["hosts"]) / 1e9 / max(duration_s * busy_hosts, 1e-9)
+
+    complete_iters = iters[iters["complete"]]
+    mean_t = float(complete_iters["time_s"].mean()) if len(complete_iters) else None
+    problems = []
+    if engine["reason"] != "complete":
+        problems.append(f"traffic did not complete: {engine['reason']} "
+                        f"({engine['messages_completed']}/{engine['messages']} messages)")
+    if sent != received:
+        problems.append(f"{sent - received} of {sent} packets lost "
+                        f"(qdisc drops {qdisc_drops}, receiver socket drops {socket_drops})")
+    fidelity_notes = []
+    if pacing_late > MAX_PACING_LATE_FRACTION:
+        fidelity_notes.append(f"the engine fell behind its pacing for {pacing_late:.1%} of the time")
+    if cpu.get("machine_busy_fraction", 0) > MAX_MACHINE_BUSY_FRACTION:
+        fidelity_notes.append(f"the machine was {cpu['machine_busy_fraction']:.0%} busy")
+    summary = {
+        "summary_version": SUMMARY_VERSION,
+        "run_id": manifest["run_id"],
+        "scenario": sc["name"],
+        "status": "ok" if not problems else "failed",
+        "problems": problems,
+        "mechanisms": manifest["mechanisms"],
+        "timings_s": manifest["timings_s"],
+        "allreduce": {
+            "algorithm": sc["workload"]["type"], "ranks": n, "bytes_per_rank": S,
+            "link_bw_mbps": sc["fabric"]["bw_mbps"],
+            "iterations": len(iters), "iterations_complete": int(iters["complete"].sum()),
+            "time_s": [None if np.isnan(t) else float(t) for t in iters["time_s"]],
+            "mean_time_s": mean_t,
+            "bound_s": float(iters["bound_s"].iloc[0]),
+            "bound_ratio": (float(iters["bound_s"].iloc[0]) / mean_t) if mean_t else None,
+            "bound_ratio_min": float(complete_iters["bound_ratio"].min()) if len(complete_iters) else None,
+            "algbw_mbps": S * 8 / mean_t / 1e6 if mean_t else None,
+            "busbw_mbps": S * 8 / mean_t / 1e6 * 2 * (n - 1) / n if mean_t else None,
+            "header_overhead_fraction": HEADER_BYTES / (HEADER_BYTES + sc["workload"]["payload_bytes"]),
+        },
+        "latency_us": {"p50": _pct(lat_us, 50), "p99": _pct(lat_us, 99),
+                       "max": float(lat_us.max()) if received else None},
+        "goodput": {"payload_bytes_delivered": payload_delivered, "traffic_duration_s": duration_s,
+                    "aggregate_mbps": payload_delivered * 8 / duration_s / 1e6 if duration_s > 0 else None},
+        "packets": {"sent": sent, "received": received, "lost": sent - received,
+                    "qdisc_drops": qdisc_drops, "receiver_socket_drops": socket_drops,
+                    "duplicates": int(sum(h["duplicates"] for h in engine["hosts"])),
+                    "stray": int(sum(h["stray"] for h in engine["hosts"])),
+                    "ecn_ce_marked": int((pkts["ecn"] == 3).sum())},
+        "fidelity": {
+            "verdict": "kept_up" if not fidelity_notes else "could_not_keep_up",
+            "notes": fidelity_notes,
+            "engine_pacing_late_fraction": pacing_late,
+            "machine_busy_fraction": cpu.get("machine_busy_fraction"),
+            "cores_used": {**cpu.get("processes_cores", {}),
+                           "engine": engine["cpu_s"] / duration_s if duration_s > 0 else None},
+            "cpus": manifest["machine"]["cpus"],
+        },
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

@@ -1,0 +1,114 @@
+"""Command line: `python -m testbed run NAME [--set section.field=value ...]`, `analyze RUN_DIR`,
+`list`, `clean`. Exit codes: 0 ok, 1 the run failed or regressed, 2 bad input, 3 busy."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from testbed.errors import Busy, InputError, RunFailed
+
+console = Console(stderr=False)
+
+
+def _fmt(v, spec="{:.3f}"):
+    return "-" if v is None else spec.format(v)
+
+
+def print_summary(s: dict, run_dir: Path) -> None:
+    a, lat, p, fid = s["allreduce"], s["latency_us"], s["packets"], s["fidelity"]
+    t = Table(title=f"{s['scenario']}: {a['algorithm']}, {a['ranks']} ranks, "
+                    f"{a['bytes_per_rank'] / 2**20:g} MiB per rank, {a['link_bw_mbps']:g} Mb/s links")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("AllReduce time per iteration (s)", ", ".join(_fmt(x) for x in a["time_s"]))
+    t.add_row("analytical bound 2(N-1)/N x S/B (s)", _fmt(a["bound_s"]))
+    t.add_row("bound / measured (mean, min)", f"{_fmt(a['bound_ratio'])}, {_fmt(a['bound_ratio_min'])}")
+    t.add_row("bus bandwidth (Mb/s)", _fmt(a["busbw_mbps"], "{:.1f}"))
+    t.add_row("one-way latency p50 / p99 / max (us)",
+              " / ".join(_fmt(lat[k], "{:.0f}") for k in ("p50", "p99", "max")))
+    t.add_row("goodput, all ranks (Mb/s)", _fmt(s["goodput"]["aggregate_mbps"], "{:.1f}"))
+    t.add_row("packets sent / received / lost", f"{p['sent']} / {p['received']} / {p['lost']}")
+    t.add_row("routes ready after (s)", _fmt(s["timings_s"].get("routes_ready"), "{:.2f}"))
+    t.add_row("machine busy / ovs-vswitchd cores",
+              f"{_fmt(fid['machine_busy_fraction'], '{:.0%}')} / "
+              f"{_fmt(fid['cores_used'].get('ovs-vswitchd'), '{:.2f}')}")
+    t.add_row("fidelity", fid["verdict"] + (f" ({'; '.join(fid['notes'])})" if fid["notes"] else ""))
+    t.add_row("datapath", s["mechanisms"]["datapath"])
+    console.print(t)
+    if s["problems"]:
+        console.print(f"[bold red]FAILED[/]: {'; '.join(s['problems'])}")
+    else:
+        console.print("[bold green]OK[/]")
+    console.print(f"results: {run_dir}")
+
+
+def cmd_run(args) -> int:
+    from testbed import analysis, runner
+    from testbed.scenario import load_scenario
+    sc = load_scenario(args.name, args.set)
+    if os.geteuid() != 0:
+        raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
+    run_dir = runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"))
+    summary = analysis.analyze(run_dir)
+    print_summary(summary, run_dir)
+    return 0 if summary["status"] == "ok" else 1
+
+
+def cmd_analyze(args) -> int:
+    from testbed import analysis
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "manifest.json").is_file():
+        raise InputError(str(run_dir), None, "not a run folder (no manifest.json)")
+    summary = analysis.analyze(run_dir)
+    print_summary(summary, run_dir)
+    return 0 if summary["status"] == "ok" else 1
+
+
+def cmd_list(_args) -> int:
+    from testbed.scenario import list_scenarios, load_scenario
+    for name in list_scenarios():
+        console.print(f"{name}: {load_scenario(name).description}")
+    return 0
+
+
+def cmd_clean(_args) -> int:
+    from testbed.runstate import RunLock, clean_stale
+    with RunLock("clean", "testbed clean"):
+        removed = clean_stale(log=console.print)
+    console.print(f"removed {len(removed)} objects left by dead runs" if removed else "nothing to clean")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="testbed")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("run", help="run a scenario from scenarios/")
+    p.add_argument("name")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("analyze", help="(re)analyse a run folder")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_analyze)
+    sub.add_parser("list", help="list scenarios").set_defaults(func=cmd_list)
+    sub.add_parser("clean", help="remove what killed runs left behind").set_defaults(func=cmd_clean)
+    args = ap.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        console.print(f"[bold red]error[/]: {e}", highlight=False)
+        return InputError.exit_code
+    except (RunFailed, Busy) as e:
+        console.print(f"[bold red]failed[/]: {e}", highlight=False)
+        return e.exit_code
+    except KeyboardInterrupt:
+        console.print("interrupted; everything the run created was removed")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

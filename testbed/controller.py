@@ -1,0 +1,64 @@
+"""The controller process: os-ken with the scenario's app, and the wait for its routes."""
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+from testbed.procs import ManagedProcess, tcp_listening, wait_until
+
+LISTEN_HOST = "127.0.0.1"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LISTEN_HOST, 0))
+        return s.getsockname()[1]
+
+
+class Controller(ManagedProcess):
+    def __init__(self, *, app: str, params: dict, fabric_json: Path, events_path: Path, log_path: Path):
+        self.port = free_port()
+        self.events_path = events_path
+        self._events_read = 0
+        self._events: list[dict] = []
+        argv = [sys.executable, "-m", "controllers.launcher", "--port", str(self.port), "--app", app,
+                "--fabric", str(fabric_json), "--events", str(events_path)]
+        for k, v in params.items():
+            argv += ["--param", f"{k}={v}"]
+        super().__init__("controller", argv, log_path, cwd=str(PROJECT_ROOT))
+
+    def events(self) -> list[dict]:
+        """Every event so far (read incrementally)."""
+        try:
+            with open(self.events_path) as f:
+                f.seek(self._events_read)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self._events
+        complete = chunk[:chunk.rfind("\n") + 1]
+        self._events_read += len(complete.encode())
+        self._events.extend(json.loads(line) for line in complete.splitlines() if line)
+        return self._events
+
+    def find_event(self, name: str) -> dict | None:
+        return next((e for e in self.events() if e["event"] == name), None)
+
+    def wait_listening(self, timeout_s: float) -> None:
+        wait_until(lambda: tcp_listening(LISTEN_HOST, self.port), timeout_s,
+                   f"the controller to listen on {LISTEN_HOST}:{self.port}", alive=self.alive)
+
+    def wait_routes_ready(self, timeout_s: float) -> dict:
+        def ready():
+            errors = [e for e in self.events() if e["event"] == "openflow_error"]
+            if errors:
+                raise RuntimeError(f"the switches rejected flow entries: {errors[:3]}")
+            return self.find_event("routes_ready")
+        try:
+            return wait_until(ready, timeout_s, "every switch to connect and confirm its routes",
+                              alive=self.alive)
+        except (TimeoutError, RuntimeError) as e:
+            ready_sw = sum(1 for ev in self.events() if ev["event"] == "switch_ready")
+            raise RuntimeError(f"{e} ({ready_sw} switches ready); controller log:\n{self.log_tail()}") from None

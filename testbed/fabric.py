@@ -1,0 +1,103 @@
+"""The emulated fabric: a Mininet net of Open vSwitch switches built from a pure Fabric.
+
+A context manager: entering builds, starts and configures the net (switches connect to the
+controller at 127.0.0.1); leaving stops it and deletes exactly the bridges and veths it made,
+also when interrupted.
+"""
+from __future__ import annotations
+
+import signal
+import time
+from functools import partial
+
+from mininet.link import Link
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import OVSSwitch, RemoteController
+from pyroute2 import IPRoute
+
+from testbed.errors import RunFailed
+from testbed.mininet_topo import to_mininet_topo
+from testbed.ports import PortConfig, PortManager
+from testbed.runstate import RunRecord, existing_bridges
+from topologies.model import Fabric
+
+
+class EmulatedFabric:
+    def __init__(self, fabric: Fabric, ports: PortConfig, controller_port: int, datapath: str,
+                 record: RunRecord):
+        self.fabric, self.port_config, self.controller_port = fabric, ports, controller_port
+        self.datapath, self.record = datapath, record
+        self.net: Mininet | None = None
+        self.ports = PortManager(ports)
+        self.timings: dict[str, float] = {}
+
+    def _root_interfaces(self) -> list[str]:
+        return [ifname for node, ifname in self.fabric.interfaces() if node in self.fabric.switch_by_name]
+
+    def _check_names_free(self) -> None:
+        """Mininet's OVSSwitch deletes a same-named bridge before adding its own: refuse instead."""
+        taken = sorted(existing_bridges() & set(self.fabric.switch_by_name))
+        if taken:
+            raise RunFailed(f"Open vSwitch bridges {', '.join(taken[:5])} already exist and were not made by "
+                            f"this run; the testbed will not touch them (rename or remove them first)")
+        with IPRoute() as ipr:
+            clash = [n for n in self._root_interfaces() if ipr.link_lookup(ifname=n)]
+        if clash:
+            raise RunFailed(f"interfaces {', '.join(clash[:5])} already exist; the testbed will not touch them")
+
+    def __enter__(self) -> "EmulatedFabric":
+        setLogLevel("error")
+        self._check_names_free()
+        t0 = time.monotonic()
+        # Recorded before creation: a run killed half-way still has them on its list.
+        self.record.add_bridges(sorted(self.fabric.switch_by_name))
+        self.record.add_interfaces(self._root_interfaces())
+        try:
+            switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
+            self.net = Mininet(topo=to_mininet_topo(self.fabric), switch=switch, controller=None, link=Link,
+                               autoSetMacs=False, autoStaticArp=False, build=False)
+            self.net.addController(RemoteController("c0", ip="127.0.0.1", port=self.controller_port))
+            self.net.build()
+            for h in self.net.hosts:
+                self.record.add_process(h.pid)
+            self.net.start()
+            self.timings["net_start_s"] = time.monotonic() - t0
+            t1 = time.monotonic()
+            self.ports.attach(self.net, self.fabric)
+            self.ports.configure(self.net)
+            self.timings["ports_configure_s"] = time.monotonic() - t1
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def host_pid(self, name: str) -> int:
+        return self.net.get(name).pid
+
+    def __exit__(self, *exc) -> bool:
+        # Teardown must finish even if the user presses Ctrl-C again.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            t0 = time.monotonic()
+            self.ports.close()
+            if self.net is not None:
+                self.net.stop()
+                self.net = None
+            self._remove_leftovers()
+            self.timings["teardown_s"] = time.monotonic() - t0
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return False
+
+    def _remove_leftovers(self) -> None:
+        """What a half-built net may have left (Mininet only stops what it finished making)."""
+        mine = set(self.fabric.switch_by_name)
+        import subprocess
+        for br in sorted(existing_bridges() & mine):
+            subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=False)
+        with IPRoute() as ipr:
+            for ifname in self._root_interfaces():
+                idx = ipr.link_lookup(ifname=ifname)
+                if idx:
+                    ipr.link("del", index=idx[0])

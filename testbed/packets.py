@@ -1,0 +1,117 @@
+"""Packet formats: RoCEv2 data packets with the testbed's payload header, built with Scapy.
+
+Templates are built once with Scapy; the engine's hot loop only patches the PSN, the
+payload header and the ICRC in a bytearray and sends bytes.
+
+Wire layout of a data packet (offsets in bytes):
+  0  Ether | 14 IP (DSCP, ECT(0)) | 34 UDP (dport 4791, checksum 0) | 42 BTH (RC SEND_ONLY)
+  54 TestbedPayload (magic, flow, msg, seq, tx_ns) | 78 padding | -4 ICRC
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+
+from scapy.contrib.roce import BTH, opcode
+from scapy.fields import IntField, LongField, XIntField
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet, Raw, bind_layers
+
+ROCE_UDP_PORT = 4791
+RC_SEND_ONLY = opcode("RC", "SEND_ONLY")[0]
+ECT0 = 0b10
+PAYLOAD_MAGIC = 0x54425031  # "TBP1"
+QPN_BASE = 0x100
+UDP_SPORT_BASE = 49152
+
+ETH_LEN, IP_LEN, UDP_LEN, BTH_LEN, ICRC_LEN = 14, 20, 8, 12, 4
+IP_OFF = ETH_LEN
+BTH_OFF = ETH_LEN + IP_LEN + UDP_LEN
+PSN_OFF = BTH_OFF + 8
+PAYLOAD_OFF = BTH_OFF + BTH_LEN
+HEADER_BYTES = PAYLOAD_OFF + ICRC_LEN  # frame bytes that are not payload
+
+
+class TestbedPayload(Packet):
+    """First bytes of every data packet's RDMA payload: who sent what, and when."""
+    name = "TestbedPayload"
+    fields_desc = [
+        XIntField("magic", PAYLOAD_MAGIC),
+        IntField("flow", 0),
+        IntField("msg", 0),
+        IntField("seq", 0),
+        LongField("tx_ns", 0),
+    ]
+
+
+PAYLOAD_HEADER_LEN = len(TestbedPayload())
+# Hot-path views of the same fields.
+PAYLOAD_STRUCT = struct.Struct("!IIIIQ")
+PAYLOAD_VARIABLE = struct.Struct("!IIQ")  # msg, seq, tx_ns
+PSN_STRUCT = struct.Struct("!I")          # ackreq(1) resv(7) psn(24)
+ICRC_STRUCT = struct.Struct("<I")
+assert PAYLOAD_STRUCT.size == PAYLOAD_HEADER_LEN
+
+
+def frame_bytes(payload_bytes: int) -> int:
+    return HEADER_BYTES + payload_bytes
+
+
+class DataTemplate:
+    """A prebuilt data packet of one flow and one payload length, patched per packet."""
+
+    __slots__ = ("buf", "crc_base", "length")
+
+    def __init__(self, *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int,
+                 flow: int, payload_bytes: int):
+        if payload_bytes < PAYLOAD_HEADER_LEN:
+            raise ValueError(f"payload must hold the {PAYLOAD_HEADER_LEN}-byte header")
+        pkt = (Ether(src=src_mac, dst=dst_mac)
+               / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ECT0, ttl=64, id=0, flags="DF")
+               / UDP(sport=UDP_SPORT_BASE + flow % 16384, dport=ROCE_UDP_PORT, chksum=0)
+               / BTH(opcode=RC_SEND_ONLY, dqpn=QPN_BASE + flow, psn=0)
+               / TestbedPayload(flow=flow)
+               / Raw(bytes(payload_bytes - PAYLOAD_HEADER_LEN)))
+        self.buf = bytearray(bytes(pkt))
+        self.length = len(self.buf)
+        # The ICRC covers a pseudo-header with variant fields masked to ones (IBA annex A17):
+        # 8 bytes of LRH, IP with tos/ttl/checksum masked, UDP with checksum masked, BTH with
+        # its FECN/BECN/reserved byte masked. Everything before the PSN is fixed per template.
+        ip = bytearray(self.buf[IP_OFF:IP_OFF + IP_LEN])
+        ip[1], ip[8], ip[10], ip[11] = 0xFF, 0xFF, 0xFF, 0xFF
+        udp = bytearray(self.buf[IP_OFF + IP_LEN:BTH_OFF])
+        udp[6], udp[7] = 0xFF, 0xFF
+        bth_head = bytearray(self.buf[BTH_OFF:PSN_OFF])
+        bth_head[4] = 0xFF
+        self.crc_base = zlib.crc32(bytes(b"\xff" * 8) + ip + udp + bth_head)
+
+    def fill(self, psn: int, msg: int, seq: int, tx_ns: int) -> bytearray:
+        buf = self.buf
+        PSN_STRUCT.pack_into(buf, PSN_OFF, psn & 0xFFFFFF)
+        PAYLOAD_VARIABLE.pack_into(buf, PAYLOAD_OFF + 8, msg, seq, tx_ns)
+        ICRC_STRUCT.pack_into(buf, self.length - ICRC_LEN,
+                              zlib.crc32(memoryview(buf)[PSN_OFF:self.length - ICRC_LEN], self.crc_base))
+        return buf
+
+
+# Classic BPF for the receive sockets: IPv4, UDP, not a fragment, destination port 4791
+# (what `tcpdump -d 'ip and udp dst port 4791'` compiles to), so that ARP, IPv6 and ICMP
+# never reach Python.
+_BPF_LDH_ABS, _BPF_LDB_ABS, _BPF_JEQ_K, _BPF_JSET_K = 0x28, 0x30, 0x15, 0x45
+_BPF_LDXB_MSH, _BPF_LDH_IND, _BPF_RET_K = 0xB1, 0x48, 0x06
+ROCE_SOCKET_FILTER = (
+    (_BPF_LDH_ABS, 0, 0, 12), (_BPF_JEQ_K, 0, 8, 0x0800),
+    (_BPF_LDB_ABS, 0, 0, 23), (_BPF_JEQ_K, 0, 6, 17),
+    (_BPF_LDH_ABS, 0, 0, 20), (_BPF_JSET_K, 4, 0, 0x1FFF),
+    (_BPF_LDXB_MSH, 0, 0, 14), (_BPF_LDH_IND, 0, 0, 16), (_BPF_JEQ_K, 0, 1, ROCE_UDP_PORT),
+    (_BPF_RET_K, 0, 0, 0x40000), (_BPF_RET_K, 0, 0, 0),
+)
+
+
+def dissect(frame: bytes) -> Ether:
+    """Scapy's view of a captured data packet (for analysis and tests, not the hot path)."""
+    return Ether(frame)
+
+
+bind_layers(BTH, TestbedPayload, opcode=RC_SEND_ONLY)

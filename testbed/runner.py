@@ -1,0 +1,173 @@
+"""One run of a scenario: controller, fabric, traffic, raw results. Analysis is a separate step
+(testbed.analysis), which the CLI runs right after.
+
+Order of life: lock -> clean what dead runs left -> controller listening -> fabric up ->
+routes ready -> engine runs the workload -> counters read -> fabric down -> controller down.
+Every step is a context manager, so an exception, Ctrl-C or SIGTERM unwinds all of it.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from testbed import probe
+from testbed.controller import Controller
+from testbed.cpu import CpuMeter
+from testbed.errors import RunFailed
+from testbed.fabric import EmulatedFabric
+from testbed.ports import PortConfig
+from testbed.procs import ManagedProcess, wait_until
+from testbed.runstate import RunLock, RunRecord, clean_stale
+from testbed.scenario import Scenario
+from testbed.workload import build_messages, engine_plan
+from topologies.model import Fabric
+from topologies.torus import torus
+
+RESULTS_DIR = probe.PROJECT_ROOT / "results"
+MANIFEST_VERSION = 1
+ENGINE_GRACE_S = 30.0
+
+
+class Terminated(Exception):
+    """SIGTERM, turned into an exception so every context manager unwinds."""
+
+
+def _on_sigterm(_signum, _frame):
+    raise Terminated("terminated by SIGTERM")
+
+
+def build_fabric(sc: Scenario) -> Fabric:
+    f = sc.fabric
+    if f.topology == "torus":
+        return torus(f.dims, f.hosts_per_switch)
+    raise ValueError(f"unknown topology {f.topology}")
+
+
+def new_run_dir(name: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    path = RESULTS_DIR / name / stamp
+    (path / "raw").mkdir(parents=True)
+    return path
+
+
+def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
+    """Run the scenario; returns its run folder (raw files and manifest.json)."""
+    old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run(sc, log, results_dir)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def _run(sc: Scenario, log, results_dir: Path | None) -> Path:
+    fabric = build_fabric(sc)
+    ranks, messages = build_messages(sc, fabric)
+    global RESULTS_DIR
+    base = results_dir or RESULTS_DIR
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    run_id = f"{sc.name}-{stamp}"
+    with RunLock(run_id, f"scenario {sc.name}"):
+        for what in clean_stale(log=log):
+            pass
+        run_dir = base / sc.name / stamp
+        raw = run_dir / "raw"
+        raw.mkdir(parents=True)
+        if not probe.socket_buffers_ok():
+            raise RunFailed("net.core.wmem_default is below 32 MiB: ovs-vswitchd would drop packets "
+                            "fabric-wide (run `make setup`, which raises it)")
+        datapath = probe.choose_datapath()
+        record = RunRecord(run_id)
+        manifest = {
+            "manifest_version": MANIFEST_VERSION, "run_id": run_id, "scenario": sc.to_dict(),
+            "started_utc": datetime.now(timezone.utc).isoformat(), "git_commit": probe.git_commit(),
+            "versions": probe.versions(), "machine": probe.machine(),
+            "mechanisms": {
+                "datapath": "ovs-kernel" if datapath == "kernel" else "ovs-userspace (netdev)",
+                "shaping": "htb class + bfifo leaf per port, set over netlink (pyroute2)",
+                "offloads": "off on every veth" if datapath == "user" else "unchanged",
+                "traffic": "one engine process, AF_PACKET socket per host opened in its namespace, "
+                           "paced per host to the link rate",
+                "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}), proactive, barrier-confirmed",
+                "timestamps": "CLOCK_MONOTONIC, shared by every namespace (one-way delay exact)",
+            },
+            "ranks": ranks,
+            "timings_s": {},
+        }
+        (raw / "fabric.json").write_text(fabric.to_json())
+        (raw / "schedule.json").write_text(json.dumps(
+            [{"id": m.id, "iteration": m.iteration, "step": m.step, "src": m.src, "dst": m.dst,
+              "bytes": m.bytes, "chunk": m.chunk} for m in messages]))
+        try:
+            _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log)
+        finally:
+            manifest["finished_utc"] = datetime.now(timezone.utc).isoformat()
+            (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
+            record.remove()
+        return run_dir
+
+
+def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> None:
+    raw = run_dir / "raw"
+    timings = manifest["timings_s"]
+    t0 = time.monotonic()
+    ctl = Controller(app=sc.controller.app, params={"routing": sc.controller.routing},
+                     fabric_json=raw / "fabric.json", events_path=raw / "controller_events.jsonl",
+                     log_path=raw / "controller.log")
+    ctl.on_start = record.add_process
+    ports = PortConfig(bw_mbps=sc.fabric.bw_mbps, mtu_bytes=sc.fabric.mtu_bytes,
+                       queue_limit_bytes=sc.fabric.queue_limit_bytes,
+                       htb_burst_bytes=sc.fabric.htb_burst_bytes, offloads_off=(datapath == "user"))
+    with ctl:
+        ctl.wait_listening(timeout_s=30)
+        log(f"controller listening on 127.0.0.1:{ctl.port} (pid {ctl.pid})")
+        net = EmulatedFabric(fabric, ports, ctl.port, datapath, record)
+        try:
+            with net:
+                log(f"fabric up: {len(fabric.switches)} switches, {len(fabric.hosts)} hosts, "
+                    f"{len(fabric.links)} links ({manifest['mechanisms']['datapath']})")
+                ready = ctl.wait_routes_ready(sc.run.routes_ready_timeout_s)
+                timings["routes_ready"] = time.monotonic() - t0
+                log(f"routes ready {timings['routes_ready']:.2f} s after start")
+                host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
+                plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
+                (raw / "plan.json").write_text(json.dumps(plan))
+                _traffic(sc, plan, raw, ctl, record, manifest, log)
+                counters = net.ports.queue_stats()
+                (raw / "queues_end.json").write_text(json.dumps(counters))
+        finally:
+            timings.update(net.timings)
+    timings["total"] = time.monotonic() - t0
+    if not ctl.find_event("routes_ready"):
+        raise RunFailed("the controller never reported its routes ready")
+
+
+def _traffic(sc, plan, raw, ctl, record, manifest, log) -> None:
+    engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.engine", str(raw / "plan.json")],
+                            raw / "engine.log", cwd=str(probe.PROJECT_ROOT))
+    engine.on_start = record.add_process
+    cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid})
+    log(f"traffic: {sc.workload.type}, {len(plan['messages'])} messages over {len(plan['flows'])} flows")
+    with engine:
+        cpu.begin()
+        deadline = sc.run.time_limit_s + ENGINE_GRACE_S
+
+        def finished():
+            if not ctl.alive():
+                raise RunFailed(f"the controller exited during the run; log:\n{ctl.log_tail()}")
+            return engine.proc.poll() is not None
+
+        try:
+            wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.1)
+        except TimeoutError:
+            raise RunFailed(f"the traffic engine did not finish within {deadline:g} s; log:\n"
+                            f"{engine.log_tail()}") from None
+        manifest["cpu"] = cpu.end()
+    if engine.proc.returncode not in (0, 3):
+        raise RunFailed(f"the traffic engine failed (exit {engine.proc.returncode}); log:\n{engine.log_tail()}")
+    stats = json.loads((raw / "engine.json").read_text())
+    manifest["engine"] = {"reason": stats["reason"], "cpu_s": stats["cpu_s"]}

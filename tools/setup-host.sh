@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepare this machine to run emulations: Debian packages, socket buffers, Open vSwitch.
+# Idempotent; every step checks first and only acts when something is missing.
+set -euo pipefail
+
+DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump python3-venv python3-pip procps)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# ovs-vswitchd sends every packet through one AF_PACKET socket whose buffer is sized from
+# wmem_default when that socket is created; too small and it drops fabric-wide (PLATFORM.md).
+want=33554432
+for key in net.core.wmem_default net.core.wmem_max; do
+  cur=$(sysctl -n "$key")
+  if [ "$cur" -lt "$want" ]; then sysctl -q -w "$key=$want"; fi
+done
+
+if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
+  echo "setup: starting Open vSwitch"
+  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
+fi
+ovs-vsctl --timeout=5 show >/dev/null
