@@ -5,7 +5,7 @@ payload header and the ICRC in a bytearray and sends bytes.
 
 Wire layout of a data packet (offsets in bytes):
   0  Ether | 14 IP (DSCP, ECT(0)) | 34 UDP (dport 4791, checksum 0) | 42 BTH (RC SEND_ONLY)
-  54 TestbedPayload (magic, flow, msg, seq, tx_ns) | 78 padding | -4 ICRC
+  54 PayloadStamp (magic, flow, msg, seq, tx_ns) | 78 padding | -4 ICRC
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ PAYLOAD_OFF = BTH_OFF + BTH_LEN
 HEADER_BYTES = PAYLOAD_OFF + ICRC_LEN  # frame bytes that are not payload
 
 
-class TestbedPayload(Packet):
+class PayloadStamp(Packet):
     """First bytes of every data packet's RDMA payload: who sent what, and when."""
-    name = "TestbedPayload"
+    name = "PayloadStamp"
     fields_desc = [
         XIntField("magic", PAYLOAD_MAGIC),
         IntField("flow", 0),
@@ -45,7 +45,7 @@ class TestbedPayload(Packet):
     ]
 
 
-PAYLOAD_HEADER_LEN = len(TestbedPayload())
+PAYLOAD_HEADER_LEN = len(PayloadStamp())
 # Hot-path views of the same fields.
 PAYLOAD_STRUCT = struct.Struct("!IIIIQ")
 PAYLOAD_VARIABLE = struct.Struct("!IIQ")  # msg, seq, tx_ns
@@ -71,7 +71,7 @@ class DataTemplate:
                / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ECT0, ttl=64, id=0, flags="DF")
                / UDP(sport=UDP_SPORT_BASE + flow % 16384, dport=ROCE_UDP_PORT, chksum=0)
                / BTH(opcode=RC_SEND_ONLY, dqpn=QPN_BASE + flow, psn=0)
-               / TestbedPayload(flow=flow)
+               / PayloadStamp(flow=flow)
                / Raw(bytes(payload_bytes - PAYLOAD_HEADER_LEN)))
         self.buf = bytearray(bytes(pkt))
         self.length = len(self.buf)
@@ -114,4 +114,4 @@ def dissect(frame: bytes) -> Ether:
     return Ether(frame)
 
 
-bind_layers(BTH, TestbedPayload, opcode=RC_SEND_ONLY)
+bind_layers(BTH, PayloadStamp, opcode=RC_SEND_ONLY)

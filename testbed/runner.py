@@ -8,6 +8,7 @@ Every step is a context manager, so an exception, Ctrl-C or SIGTERM unwinds all 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -28,7 +29,7 @@ from testbed.workload import build_messages, engine_plan
 from topologies.model import Fabric
 from topologies.torus import torus
 
-RESULTS_DIR = probe.PROJECT_ROOT / "results"
+RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", probe.PROJECT_ROOT / "results"))
 MANIFEST_VERSION = 1
 ENGINE_GRACE_S = 30.0
 
@@ -48,13 +49,6 @@ def build_fabric(sc: Scenario) -> Fabric:
     raise ValueError(f"unknown topology {f.topology}")
 
 
-def new_run_dir(name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    path = RESULTS_DIR / name / stamp
-    (path / "raw").mkdir(parents=True)
-    return path
-
-
 def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
     """Run the scenario; returns its run folder (raw files and manifest.json)."""
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -67,13 +61,11 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
 def _run(sc: Scenario, log, results_dir: Path | None) -> Path:
     fabric = build_fabric(sc)
     ranks, messages = build_messages(sc, fabric)
-    global RESULTS_DIR
     base = results_dir or RESULTS_DIR
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     run_id = f"{sc.name}-{stamp}"
     with RunLock(run_id, f"scenario {sc.name}"):
-        for what in clean_stale(log=log):
-            pass
+        clean_stale(log=log)
         run_dir = base / sc.name / stamp
         raw = run_dir / "raw"
         raw.mkdir(parents=True)
@@ -153,6 +145,9 @@ def _traffic(sc, plan, raw, ctl, record, manifest, log) -> None:
     cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid})
     log(f"traffic: {sc.workload.type}, {len(plan['messages'])} messages over {len(plan['flows'])} flows")
     with engine:
+        # Measure CPU over the traffic phase only, not the engine's imports and socket setup.
+        wait_until(lambda: (raw / "engine_ready").exists() or engine.proc.poll() is not None, 60,
+                   "the traffic engine to open its sockets")
         cpu.begin()
         deadline = sc.run.time_limit_s + ENGINE_GRACE_S
 

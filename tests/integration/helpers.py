@@ -1,0 +1,46 @@
+"""Helpers for tests that run real emulations (root, Open vSwitch, Mininet)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--set", "fabric.dims=[2, 2]", "--set", "workload.bytes_per_rank=256KiB",
+         "--set", "workload.iterations=2"]
+
+
+def cli_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "testbed", *args]
+
+
+def env_with_results(results: Path) -> dict:
+    return {**os.environ, "TESTBED_RESULTS_DIR": str(results)}
+
+
+def run_testbed(results: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(cli_argv(*args), cwd=ROOT, env=env_with_results(results),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def bridges() -> set[str]:
+    return set(subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True).stdout.split())
+
+
+def fabric_interfaces() -> set[str]:
+    """Root-namespace interfaces named like the testbed's switch ports."""
+    with IPRoute() as ipr:
+        names = {l.get_attr("IFLA_IFNAME") for l in ipr.get_links()}
+    return {n for n in names if n.startswith("s") and "-eth" in n}
+
+
+def run_dirs(results: Path) -> list[Path]:
+    return sorted(p.parent for p in results.glob("*/*/manifest.json"))
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())

@@ -1,0 +1,117 @@
+"""Real runs of allreduce-torus on Mininet, Open vSwitch and os-ken (root)."""
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+
+from helpers import SMALL, bridges, fabric_interfaces, run_dirs, run_testbed, summary_of
+from testbed.packets import HEADER_BYTES
+
+pytestmark = pytest.mark.root
+
+FOREIGN = "tbforeign0"
+
+
+@pytest.fixture
+def foreign_bridge():
+    """A bridge the testbed did not create: it must survive every run."""
+    subprocess.run(["ovs-vsctl", "--may-exist", "add-br", FOREIGN, "--", "set", "bridge", FOREIGN,
+                    "datapath_type=netdev"], check=True)
+    yield FOREIGN
+    subprocess.run(["ovs-vsctl", "--if-exists", "del-br", FOREIGN], check=True)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    before_br, before_if = bridges(), fabric_interfaces()
+    out = run_testbed(results, "run", "allreduce-torus", *SMALL)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run_dir,) = run_dirs(results)
+    return {"out": out, "run_dir": run_dir, "before": (before_br, before_if)}
+
+
+def test_run_completes_and_every_packet_arrives(small_run):
+    s = summary_of(small_run["run_dir"])
+    assert s["status"] == "ok", s["problems"]
+    assert s["packets"]["sent"] == s["packets"]["received"] > 0
+    assert s["packets"]["lost"] == 0 and s["packets"]["qdisc_drops"] == 0
+    assert s["allreduce"]["iterations_complete"] == 2
+    assert "OK" in small_run["out"].stdout and "results:" in small_run["out"].stdout
+
+
+def test_summary_agrees_with_packets_parquet(small_run):
+    run_dir = small_run["run_dir"]
+    s = summary_of(run_dir)
+    pkts = pd.read_parquet(run_dir / "packets.parquet")
+    assert len(pkts) == s["packets"]["sent"]
+    assert pkts["rx_ns"].notna().sum() == s["packets"]["received"]
+    lat_us = (pkts["rx_ns"] - pkts["tx_ns"]).astype(float) / 1e3
+    assert lat_us.min() > 0  # one clock for every namespace: arrivals after departures
+    assert lat_us.median() == pytest.approx(s["latency_us"]["p50"])
+    assert lat_us.max() == pytest.approx(s["latency_us"]["max"])
+    # packets of a flow leave in PSN order, one PSN each
+    for _, g in pkts.groupby("flow"):
+        assert list(g.sort_values("tx_ns")["psn"]) == list(range(len(g)))
+
+
+def test_each_rank_moves_2_n_minus_1_over_n_of_the_data(small_run):
+    run_dir = small_run["run_dir"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    n = len(manifest["ranks"])
+    S = manifest["scenario"]["workload"]["bytes_per_rank"]
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    pkts = pd.read_parquet(run_dir / "packets.parquet")
+    assert msgs["complete"].all()
+    per_rank = msgs[msgs["iteration"] == 0].groupby("src")["bytes"].sum()
+    assert len(per_rank) == n
+    assert (per_rank == 2 * (n - 1) * S // n).all()
+    # the wire carried exactly those payload bytes plus one header per packet
+    assert int(pkts["bytes"].sum()) == int(msgs["bytes"].sum()) + HEADER_BYTES * len(pkts)
+
+
+def test_iteration_times_match_the_message_table(small_run):
+    run_dir = small_run["run_dir"]
+    s = summary_of(run_dir)
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    for it, t in enumerate(s["allreduce"]["time_s"]):
+        g = msgs[msgs["iteration"] == it]
+        assert t == pytest.approx((g["complete_ns"].max() - g["release_ns"].min()) / 1e9)
+    bound = s["allreduce"]["bound_s"]
+    assert s["allreduce"]["bound_ratio"] == pytest.approx(bound / s["allreduce"]["mean_time_s"])
+    # a step cannot start before the chunk it forwards has arrived
+    prev = msgs[["iteration", "step", "dst", "complete_ns"]].assign(step=msgs["step"] + 1)
+    pairs = msgs.merge(prev, left_on=["iteration", "step", "src"], right_on=["iteration", "step", "dst"],
+                       suffixes=("", "_prev"))
+    assert len(pairs) == (msgs["step"] > 0).sum()
+    assert (pairs["first_tx_ns"] >= pairs["complete_ns_prev"]).all()
+
+
+def test_results_folder_is_complete(small_run):
+    run_dir = small_run["run_dir"]
+    for name in ("manifest.json", "summary.json", "packets.parquet", "messages.parquet", "iterations.parquet",
+                 "raw/tx.bin", "raw/rx.bin", "raw/controller_events.jsonl", "raw/fabric.json"):
+        assert (run_dir / name).exists(), name
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["mechanisms"]["datapath"] and m["versions"]["openvswitch"] and m["versions"]["os_ken"]
+    assert m["scenario"]["fabric"]["dims"] == [2, 2]
+
+
+def test_nothing_left_behind_and_a_second_run_works(small_run, foreign_bridge, tmp_path):
+    before_br, before_if = small_run["before"]
+    assert bridges() - {foreign_bridge} == before_br
+    assert fabric_interfaces() == before_if
+    out = run_testbed(tmp_path, "run", "allreduce-torus", *SMALL)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert foreign_bridge in bridges()
+    assert bridges() - {foreign_bridge} == before_br and fabric_interfaces() == before_if
+
+
+def test_analysis_is_rerunnable(small_run):
+    run_dir = small_run["run_dir"]
+    first = summary_of(run_dir)
+    out = run_testbed(run_dir.parent, "analyze", str(run_dir))
+    assert out.returncode == 0, out.stdout + out.stderr
+    again = summary_of(run_dir)
+    assert again == first

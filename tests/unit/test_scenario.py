@@ -1,0 +1,81 @@
+import subprocess
+import sys
+
+import pytest
+
+from testbed.errors import InputError
+from testbed.scenario import list_scenarios, load_document, load_scenario, parse_override
+from testbed.units import parse_bytes
+
+
+def test_every_shipped_scenario_loads():
+    assert "allreduce-torus" in list_scenarios()
+    for name in list_scenarios():
+        load_scenario(name)
+
+
+def test_defaults_of_allreduce_torus():
+    sc = load_scenario("allreduce-torus")
+    assert sc.fabric.dims == (4, 4) and sc.workload.bytes_per_rank == 4 << 20
+
+
+def test_set_overrides_any_field():
+    sc = load_scenario("allreduce-torus", ["workload.bytes_per_rank=1MiB", "fabric.dims=[2, 2]",
+                                           "fabric.bw_mbps=50", "controller.routing=shortest_path"])
+    assert sc.workload.bytes_per_rank == 1 << 20 and sc.fabric.dims == (2, 2)
+    assert sc.fabric.bw_mbps == 50.0 and sc.controller.routing == "shortest_path"
+
+
+@pytest.mark.parametrize("doc,field", [
+    ({"fabric": {"bw_mbsp": 10}}, "fabric.bw_mbsp"),
+    ({"fabric": {"bw_mbps": "fast"}}, "fabric.bw_mbps"),
+    ({"fabric": {"bw_mbps": 0}}, "fabric.bw_mbps"),
+    ({"fabric": {"dims": [4]}}, "fabric.dims"),
+    ({"fabric": {"dims": [4, "x"]}}, "fabric.dims"),
+    ({"workload": {"iterations": 1.5}}, "workload.iterations"),
+    ({"workload": {"bytes_per_rank": "4 parsecs"}}, "workload.bytes_per_rank"),
+    ({"workload": {"payload_bytes": 8900}, "fabric": {"mtu_bytes": 1500}}, "workload.payload_bytes"),
+    ({"controller": {"routing": "magic"}}, "controller.routing"),
+    ({"run": []}, "run"),
+    ({"extra": 1}, "extra"),
+])
+def test_bad_documents_name_the_file_and_field(doc, field):
+    with pytest.raises(InputError) as e:
+        load_document("x", doc, "scenarios/x.toml")
+    assert e.value.where == "scenarios/x.toml" and e.value.field == field
+    assert str(e.value).startswith(f"scenarios/x.toml: {field}: ")
+
+
+@pytest.mark.parametrize("override", ["nodot=1", "fabric.bw_mbps", "bogus.field=1", "fabric.nope=3",
+                                      "fabric.bw_mbps=-1"])
+def test_bad_overrides_name_set(override):
+    with pytest.raises(InputError) as e:
+        load_scenario("allreduce-torus", [override])
+    assert e.value.where == "--set"
+
+
+@pytest.mark.parametrize("name", ["../etc/passwd", "no-such-scenario", "a/b", "$(reboot)", ""])
+def test_names_must_be_files_in_scenarios(name):
+    with pytest.raises(InputError):
+        load_scenario(name)
+
+
+def test_cli_bad_input_exits_2_before_starting_anything():
+    out = subprocess.run([sys.executable, "-m", "testbed", "run", "allreduce-torus", "--set", "fabric.bw_mbps=x"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "--set: fabric.bw_mbps" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "testbed", "run", "../../x"], capture_output=True, text=True)
+    assert out.returncode == 2
+
+
+def test_sizes():
+    assert parse_bytes("4MiB") == 4 << 20 and parse_bytes("1.5KB") == 1500 and parse_bytes(7) == 7
+    for bad in ("", "x", "1.5B", True, -0.5):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+
+
+def test_override_values_are_typed():
+    assert parse_override("fabric.dims=[2,2]") == ("fabric.dims", [2, 2])
+    assert parse_override("workload.bytes_per_rank=4MiB") == ("workload.bytes_per_rank", "4MiB")
