@@ -12,8 +12,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
-import networkx as nx
-
 MODEL_VERSION = 1
 
 
@@ -80,8 +78,9 @@ class Fabric:
                     out[node][port] = (peer, peer_port, link)
         return out
 
-    def switch_graph(self) -> nx.MultiGraph:
-        """Switches only; one edge per switch-to-switch link, keyed by the link."""
+    def switch_graph(self):
+        """Switches only, as a networkx MultiGraph; one edge per switch-to-switch link."""
+        import networkx as nx  # here, so `mn --custom` (Debian's python3, no networkx) can load topologies
         g = nx.MultiGraph()
         g.add_nodes_from(s.name for s in self.switches)
         for link in self.links:
