@@ -30,7 +30,7 @@ def _read_json(path: Path):
 def packet_table(raw: Path, messages: pd.DataFrame) -> pd.DataFrame:
     tx = pd.DataFrame(records.read(raw / "tx.bin", records.TX_DTYPE)).drop(columns="_pad")
     rx = pd.DataFrame(records.read(raw / "rx.bin", records.RX_DTYPE)).drop(columns="_pad")
-    rx = rx.drop_duplicates(["msg", "seq"]).rename(columns={"tx_ns": "rx_tx_ns", "frame_bytes": "rx_bytes"})
+    rx = rx.drop_duplicates(["msg", "seq"])
     df = tx.merge(rx[["msg", "seq", "rx_ns", "ecn"]], on=["msg", "seq"], how="left")
     df["flow"] = messages["flow"].to_numpy()[df["msg"].to_numpy()]
     df = df.rename(columns={"frame_bytes": "bytes"})

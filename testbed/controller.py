@@ -6,7 +6,8 @@ import socket
 import sys
 from pathlib import Path
 
-from testbed.procs import ManagedProcess, tcp_listening, wait_until
+from testbed.errors import RunFailed
+from testbed.procs import ManagedProcess, WaitFailed, tcp_listening, wait_until
 
 LISTEN_HOST = "127.0.0.1"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -47,18 +48,21 @@ class Controller(ManagedProcess):
         return next((e for e in self.events() if e["event"] == name), None)
 
     def wait_listening(self, timeout_s: float) -> None:
-        wait_until(lambda: tcp_listening(LISTEN_HOST, self.port), timeout_s,
-                   f"the controller to listen on {LISTEN_HOST}:{self.port}", alive=self.alive)
+        try:
+            wait_until(lambda: tcp_listening(LISTEN_HOST, self.port), timeout_s,
+                       f"the controller to listen on {LISTEN_HOST}:{self.port}", alive=self.alive)
+        except WaitFailed as e:
+            raise RunFailed(f"{e}; controller log:\n{self.log_tail()}") from None
 
     def wait_routes_ready(self, timeout_s: float) -> dict:
         def ready():
             errors = [e for e in self.events() if e["event"] == "openflow_error"]
             if errors:
-                raise RuntimeError(f"the switches rejected flow entries: {errors[:3]}")
+                raise RunFailed(f"the switches rejected flow entries: {errors[:3]}")
             return self.find_event("routes_ready")
         try:
             return wait_until(ready, timeout_s, "every switch to connect and confirm its routes",
                               alive=self.alive)
-        except (TimeoutError, RuntimeError) as e:
+        except RunFailed as e:
             ready_sw = sum(1 for ev in self.events() if ev["event"] == "switch_ready")
-            raise RuntimeError(f"{e} ({ready_sw} switches ready); controller log:\n{self.log_tail()}") from None
+            raise RunFailed(f"{e} ({ready_sw} switches ready); controller log:\n{self.log_tail()}") from None

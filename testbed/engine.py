@@ -114,9 +114,8 @@ class Engine:
         self.completed = 0
         self.active: set[int] = set()
         self.stop_requested = False
-        n_pkts = sum(self.msg_npkts)
-        self.tx_log = records.RecordWriter(self.out / "raw" / "tx.bin", records.TX, capacity=n_pkts)
-        self.rx_log = records.RecordWriter(self.out / "raw" / "rx.bin", records.RX, capacity=n_pkts)
+        self.tx_log = records.RecordWriter(self.out / "raw" / "tx.bin", records.TX)
+        self.rx_log = records.RecordWriter(self.out / "raw" / "rx.bin", records.RX)
 
     def _tail(self, nbytes: int) -> int:
         rest = nbytes % self.payload

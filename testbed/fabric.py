@@ -7,6 +7,7 @@ also when interrupted.
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from functools import partial
 
@@ -93,7 +94,6 @@ class EmulatedFabric:
     def _remove_leftovers(self) -> None:
         """What a half-built net may have left (Mininet only stops what it finished making)."""
         mine = set(self.fabric.switch_by_name)
-        import subprocess
         for br in sorted(existing_bridges() & mine):
             subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=False)
         with IPRoute() as ipr:

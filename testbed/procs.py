@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from testbed.errors import RunFailed
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -73,6 +75,10 @@ class ManagedProcess:
         return False
 
 
+class WaitFailed(RunFailed):
+    """A readiness condition did not come true in time."""
+
+
 def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.01, alive=None):
     """Return as soon as predicate() is true; raise TimeoutError naming ``what`` otherwise.
     ``alive`` (optional) is checked too, so a dead child fails the wait at once."""
@@ -82,9 +88,9 @@ def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.01, ali
         if value:
             return value
         if alive is not None and not alive():
-            raise RuntimeError(f"gave up waiting for {what}: the process it depends on exited")
+            raise WaitFailed(f"gave up waiting for {what}: the process it depends on exited")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+            raise WaitFailed(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(poll_s)
 
 

@@ -24,7 +24,7 @@ CHUNK_RECORDS = 8192
 class RecordWriter:
     """Packs records into a preallocated buffer and appends it to the file chunk by chunk."""
 
-    def __init__(self, path: Path, fmt: struct.Struct, capacity: int = 0):
+    def __init__(self, path: Path, fmt: struct.Struct):
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(path, "wb")
         self._fmt = fmt

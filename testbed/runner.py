@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from testbed.cpu import CpuMeter
 from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig
-from testbed.procs import ManagedProcess, wait_until
+from testbed.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.runstate import RunLock, RunRecord, clean_stale
 from testbed.scenario import Scenario
 from testbed.workload import build_messages, engine_plan
@@ -158,7 +157,7 @@ def _traffic(sc, plan, raw, ctl, record, manifest, log) -> None:
 
         try:
             wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.1)
-        except TimeoutError:
+        except WaitFailed:
             raise RunFailed(f"the traffic engine did not finish within {deadline:g} s; log:\n"
                             f"{engine.log_tail()}") from None
         manifest["cpu"] = cpu.end()
