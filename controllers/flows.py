@@ -1,22 +1,61 @@
-"""Flow helpers shared by the apps (as simple_switch_13's add_flow)."""
+"""OpenFlow helpers shared by the apps (as simple_switch_13's add_flow), for OpenFlow 1.3 and 1.5."""
 from __future__ import annotations
 
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_ARP = 0x0806
-ROUTE_PRIORITY = 100
+import struct
+
+from os_ken.ofproto import ofproto_v1_5
+
+from controllers.rules import Rule
+
+# Open vSwitch hashes only IPs (and TCP/SCTP ports) in a plain select group, which would put
+# every RoCE flow (UDP) between two hosts on one path. Its Netronome group property (an
+# OpenFlow 1.5 experimenter property, OVS Documentation/group-selection-method-property.txt)
+# selects "hash" over named fields: the 5-tuple here, so each queue pair's UDP source port
+# gives it its own path, as RoCE NICs intend.
+NTR_VENDOR_ID = 0x0000154D
+NTRT_SELECTION_METHOD = 1
+OFPGPT_EXPERIMENTER = 0xFFFF
+# Hashed fields as OXM TLVs whose values are full masks: ipv4 src/dst, udp src/dst, ip_proto.
+_HASH_FIELDS = (struct.pack("!I4s", 0x80001604, b"\xff" * 4) + struct.pack("!I4s", 0x80001804, b"\xff" * 4)
+                + struct.pack("!I2s", 0x80001E02, b"\xff" * 2) + struct.pack("!I2s", 0x80002002, b"\xff" * 2)
+                + struct.pack("!I1s", 0x80001401, b"\xff"))
 
 
-def add_flow(dp, priority: int, match, actions, table_id: int = 0) -> None:
+class NtrSelectionMethod:
+    """OVS's group property selecting the bucket by a hash of named fields (struct
+    ntr_group_prop_selection_method); os-ken has no class for it, its experimenter property
+    carries only 32-bit words and these TLVs are 33 bytes."""
+
+    def __init__(self, method: bytes = b"hash", fields: bytes = _HASH_FIELDS, param: int = 0):
+        self.method, self.fields, self.param = method, fields, param
+
+    def serialize(self) -> bytearray:
+        body = struct.pack("!IIxxxx16sQ", NTR_VENDOR_ID, NTRT_SELECTION_METHOD, self.method, self.param) + self.fields
+        length = 4 + len(body)
+        out = bytearray(struct.pack("!HH", OFPGPT_EXPERIMENTER, length) + body)
+        out += bytes(-length % 8)
+        return out
+
+
+def add_flow(dp, priority: int, match, actions, cookie: int = 0, table_id: int = 0) -> None:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
-    dp.send_msg(parser.OFPFlowMod(datapath=dp, table_id=table_id, priority=priority,
+    dp.send_msg(parser.OFPFlowMod(datapath=dp, table_id=table_id, priority=priority, cookie=cookie,
                                   match=match, instructions=inst))
 
 
-def delete_all_flows(dp) -> None:
+def delete_flows(dp, cookie: int | None = None) -> None:
+    """Delete every flow (cookie None) or those of one cookie."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
+    kwargs = dict(cookie=cookie, cookie_mask=0xFFFFFFFFFFFFFFFF) if cookie is not None else {}
     dp.send_msg(parser.OFPFlowMod(datapath=dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                  out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+                                  out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch(),
+                                  **kwargs))
+
+
+def delete_groups(dp) -> None:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
 
 
 def barrier(dp) -> int:
@@ -27,9 +66,28 @@ def barrier(dp) -> int:
     return req.xid
 
 
-def install_route(dp, ip: str, out_port: int) -> None:
-    """IPv4 and ARP toward one host: ARP is routed by target address, never flooded."""
+def add_select_group(dp, group_id: int, ports: tuple[int, ...]) -> bool:
+    """An ECMP group over ``ports``; returns whether it hashes on the 5-tuple (OpenFlow 1.5)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if ofp.OFP_VERSION == ofproto_v1_5.OFP_VERSION:
+        buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(p)],
+                                    properties=[parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=1)])
+                   for i, p in enumerate(ports)]
+        dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, group_id, buckets=buckets,
+                                       properties=[NtrSelectionMethod()]))
+        return True
+    buckets = [parser.OFPBucket(weight=1, actions=[parser.OFPActionOutput(p)]) for p in ports]
+    dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, group_id, buckets))
+    return False
+
+
+def install_rule(dp, rule: Rule, group_id: int | None) -> None:
     parser = dp.ofproto_parser
-    actions = [parser.OFPActionOutput(out_port)]
-    add_flow(dp, ROUTE_PRIORITY, parser.OFPMatch(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip), actions)
-    add_flow(dp, ROUTE_PRIORITY, parser.OFPMatch(eth_type=ETH_TYPE_ARP, arp_tpa=ip), actions)
+    actions = []
+    if rule.set_dscp is not None:
+        actions.append(parser.OFPActionSetField(ip_dscp=rule.set_dscp))
+    if len(rule.ports) == 1:
+        actions.append(parser.OFPActionOutput(rule.ports[0]))
+    else:
+        actions.append(parser.OFPActionGroup(group_id))
+    add_flow(dp, rule.priority, parser.OFPMatch(**dict(rule.match)), actions, cookie=rule.cookie)

@@ -1,70 +1,185 @@
-"""Proactive routing: every route of the fabric installed when a switch connects.
+"""Proactive routing: every route of the fabric installed when a switch connects, rerouted
+when a link fails.
 
-Dimension-order routes on a torus, shortest paths otherwise (testbed.routing computes them),
-for IPv4 and ARP, with no flooding and no packet-in. A barrier per switch confirms its routes
-are in; when every switch of the fabric has confirmed, the app logs ``routes_ready``.
+Routes come from testbed.routing (dimension-order on a torus, optionally with the dateline
+virtual channels; ECMP select groups hashing the 5-tuple, or single shortest paths elsewhere),
+rules from controllers.rules, for IPv4 and ARP, with no flooding and no packet-in. A barrier
+per switch confirms its routes are in; when every switch has confirmed, the app logs
+``routes_ready``. When a port goes down (OFPPortStatus) the app recomputes the routes without
+that link, reinstalls only the destinations whose next hops changed, and logs ``reroute_done``
+once every affected switch has confirmed with a barrier.
+
+Parameters (launcher --param): routing=dimension_order|shortest_path|ecmp,
+dateline=0|1, vc_dscp=<class dscp>:<channel-1 dscp>[,...].
 """
 from __future__ import annotations
+
+import functools
+import time
+import traceback
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-from os_ken.ofproto import ofproto_v1_3
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
-from controllers.flows import barrier, delete_all_flows, install_route
+from controllers.flows import add_select_group, barrier, delete_flows, delete_groups, install_rule
+from controllers.rules import host_cookie, rules_for
 from testbed.routing import compute_routes
 
 
+def logged_errors(handler):
+    """An exception in a handler goes to the event log (the runner fails the run on it) instead
+    of only os-ken's log, where a half-configured switch would otherwise go unnoticed."""
+    @functools.wraps(handler)
+    def wrapper(self, ev):
+        try:
+            return handler(self, ev)
+        except Exception as e:
+            self.event_log.write("app_error", handler=handler.__name__, error=repr(e),
+                                 traceback=traceback.format_exc())
+            raise
+    return wrapper
+
+
+def parse_vc_dscp(text: str) -> dict[int, int]:
+    out = {}
+    for pair in filter(None, text.split(",")):
+        c0, c1 = pair.split(":")
+        out[int(c0)] = int(c1)
+    return out
+
+
 class ProactiveRouting(app_manager.OSKenApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION, ofproto_v1_5.OFP_VERSION]
 
     def __init__(self, *args, testbed, **kwargs):
         super().__init__(*args, **kwargs)
         self.event_log = testbed.events
         self.fabric = testbed.fabric
-        self.routing = testbed.params.get("routing", "dimension_order" if self.fabric.kind == "torus"
-                                          else "shortest_path")
+        params = testbed.params
+        self.routing = params.get("routing", "dimension_order" if self.fabric.kind == "torus" else "ecmp")
+        self.dateline = params.get("dateline", "0") == "1"
+        self.vc_dscp = parse_vc_dscp(params.get("vc_dscp", "")) if self.dateline else {}
+        self.down_links: frozenset = frozenset()
         self.routes = compute_routes(self.fabric, self.routing)
         self.switch_by_dpid = {s.dpid: s for s in self.fabric.switches}
+        self.datapaths: dict[int, object] = {}
+        self.groups: dict[int, dict[tuple[int, ...], int]] = {}
         self.barrier_xid: dict[int, int] = {}
         self.ready: set[int] = set()
+        self.pending_reroute: dict[int, int] = {}   # dpid -> barrier xid of a reroute
+        self.reroute_started_ns = 0
         self.event_log.write("app_started", app="proactive_routing", routing=self.routing,
-                          switches=len(self.fabric.switches),
-                          routes=sum(len(r) for r in self.routes.values()))
+                             dateline=self.dateline, switches=len(self.fabric.switches),
+                             routes=sum(len(r) for r in self.routes.values()))
+
+    # -- installing ---------------------------------------------------------------------------
+
+    def _group_for(self, dp, ports: tuple[int, ...]) -> int | None:
+        if len(ports) < 2:
+            return None
+        groups = self.groups.setdefault(dp.id, {})
+        if ports not in groups:
+            groups[ports] = len(groups) + 1
+            hashed = add_select_group(dp, groups[ports], ports)
+            if not hashed and len(groups) == 1:
+                self.event_log.write("ecmp_without_l4_hash", dpid=dp.id,
+                                     reason="switch negotiated OpenFlow 1.3: OVS hashes IPs only")
+        return groups[ports]
+
+    def _install_host(self, dp, switch: str, host: str) -> int:
+        rules = rules_for(self.fabric, self.routes, switch, host, self.vc_dscp)
+        for rule in rules:
+            install_rule(dp, rule, self._group_for(dp, rule.ports))
+        return len(rules)
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    @logged_errors
     def switch_features(self, ev):
         dp = ev.msg.datapath
         sw = self.switch_by_dpid.get(dp.id)
         if sw is None:
             self.event_log.write("unknown_switch", dpid=dp.id)
             return
-        self.event_log.write("switch_connected", switch=sw.name, dpid=dp.id)
-        delete_all_flows(dp)
-        for host_name, port in self.routes[sw.name].items():
-            install_route(dp, self.fabric.host_by_name[host_name].ip, port)
+        self.datapaths[dp.id] = dp
+        self.event_log.write("switch_connected", switch=sw.name, dpid=dp.id, openflow=dp.ofproto.OFP_VERSION)
+        delete_flows(dp)
+        delete_groups(dp)
+        self.groups.pop(dp.id, None)
+        n = sum(self._install_host(dp, sw.name, h.name) for h in self.fabric.hosts)
         self.barrier_xid[dp.id] = barrier(dp)
+        self.event_log.write("switch_rules_sent", switch=sw.name, rules=n)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    @logged_errors
     def barrier_reply(self, ev):
         dp = ev.msg.datapath
+        if self.pending_reroute.get(dp.id) == ev.msg.xid:
+            del self.pending_reroute[dp.id]
+            if not self.pending_reroute:
+                self.event_log.write("reroute_done", duration_ms=(time.monotonic_ns() - self.reroute_started_ns) / 1e6)
+            return
         if self.barrier_xid.get(dp.id) != ev.msg.xid or dp.id in self.ready:
             return
         self.ready.add(dp.id)
-        sw = self.switch_by_dpid[dp.id]
-        self.event_log.write("switch_ready", switch=sw.name, flows=2 * len(self.routes[sw.name]))
+        self.event_log.write("switch_ready", switch=self.switch_by_dpid[dp.id].name)
         if len(self.ready) == len(self.switch_by_dpid):
             self.event_log.write("routes_ready", switches=len(self.ready))
 
+    # -- failures -------------------------------------------------------------------------------
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    @logged_errors
+    def port_status(self, ev):
+        msg = ev.msg
+        dp, ofp = msg.datapath, msg.datapath.ofproto
+        sw = self.switch_by_dpid.get(dp.id)
+        port = msg.desc.port_no
+        if sw is None or port not in self.fabric.ports[sw.name]:
+            return
+        link = self.fabric.ports[sw.name][port][2]
+        down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN)
+        self.event_log.write("port_status", switch=sw.name, port=port, link=link.name, down=down)
+        links = set(self.down_links)
+        (links.add if down else links.discard)(link)
+        if frozenset(links) != self.down_links:
+            self.down_links = frozenset(links)
+            self._reroute()
+
+    def _reroute(self) -> None:
+        self.reroute_started_ns = time.monotonic_ns()
+        old, self.routes = self.routes, compute_routes(self.fabric, self.routing, self.down_links)
+        changed = 0
+        for dpid, dp in self.datapaths.items():
+            sw = self.switch_by_dpid[dpid].name
+            hosts = [h.name for h in self.fabric.hosts if self.routes[sw].get(h.name) != old[sw].get(h.name)]
+            if not hosts:
+                continue
+            for host in hosts:
+                delete_flows(dp, cookie=host_cookie(self.fabric, host))
+                self._install_host(dp, sw, host)
+            changed += len(hosts)
+            self.pending_reroute[dpid] = barrier(dp)
+        self.event_log.write("reroute_started", down_links=sorted(l.name for l in self.down_links),
+                             switches=len(self.pending_reroute), routes_changed=changed)
+        if not self.pending_reroute:
+            self.event_log.write("reroute_done", duration_ms=(time.monotonic_ns() - self.reroute_started_ns) / 1e6)
+
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    @logged_errors
     def error(self, ev):
         msg = ev.msg
-        self.event_log.write("openflow_error", dpid=msg.datapath.id, type=msg.type, code=msg.code)
+        data = bytes(msg.data or b"")
+        self.event_log.write("openflow_error", dpid=msg.datapath.id, type=msg.type, code=msg.code,
+                             failed_msg_type=data[1] if len(data) > 1 else None, failed_msg=data[:64].hex())
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    @logged_errors
     def switch_gone(self, ev):
         dp = ev.datapath
         if dp.id is not None:
             self.ready.discard(dp.id)
+            self.datapaths.pop(dp.id, None)
             sw = self.switch_by_dpid.get(dp.id)
             self.event_log.write("switch_disconnected", dpid=dp.id, switch=sw.name if sw else None)

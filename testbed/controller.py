@@ -59,6 +59,9 @@ class Controller(ManagedProcess):
             errors = [e for e in self.events() if e["event"] == "openflow_error"]
             if errors:
                 raise RunFailed(f"the switches rejected flow entries: {errors[:3]}")
+            crashed = [e for e in self.events() if e["event"] == "app_error"]
+            if crashed:
+                raise RunFailed(f"the controller app failed in {crashed[0]['handler']}:\n{crashed[0]['traceback']}")
             return self.find_event("routes_ready")
         try:
             return wait_until(ready, timeout_s, "every switch to connect and confirm its routes",

@@ -55,7 +55,9 @@ class EmulatedFabric:
         self.record.add_bridges(sorted(self.fabric.switch_by_name))
         self.record.add_interfaces(self._root_interfaces())
         try:
-            switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
+            # OpenFlow 1.5 for select groups that hash the 5-tuple; 1.3 stays available to other apps.
+            switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13,OpenFlow15",
+                             failMode="secure")
             self.net = Mininet(topo=to_mininet_topo(self.fabric), switch=switch, controller=None, link=Link,
                                autoSetMacs=False, autoStaticArp=False, build=False)
             self.net.addController(RemoteController("c0", ip="127.0.0.1", port=self.controller_port))

@@ -3,7 +3,7 @@
 Every link end (switch port or host NIC) gets the same egress discipline:
 
     root htb 1:  default 1:1
-      class 1:1  rate bw_mbps, burst = cburst = htb_burst_bytes
+      class 1:1  rate = the link's rate (its own, or bw_mbps), burst = cburst = htb_burst_bytes
         qdisc 10: bfifo limit queue_limit_bytes      <- the port's buffer, in bytes
 
 Nobody else creates, changes or deletes qdiscs. Host NICs live in their host's namespace;
@@ -44,7 +44,8 @@ class Port:
     node: str
     ifname: str
     ipr: IPRoute
-    index: int = 0
+    index: int
+    bw_mbps: float
 
 
 class PortManager:
@@ -55,6 +56,7 @@ class PortManager:
         self.ports: list[Port] = []
         self._root_ipr: IPRoute | None = None
         self._ns_iprs: list[IPRoute] = []
+        self._by_ifname: dict[str, Port] = {}
 
     def attach(self, net, fabric) -> None:
         """Open netlink sockets for every interface of the fabric (hosts' inside their namespace)."""
@@ -64,12 +66,15 @@ class PortManager:
             with netns_of(net.get(h.name).pid):
                 host_ipr[h.name] = IPRoute()
             self._ns_iprs.append(host_ipr[h.name])
-        for node, ifname in fabric.interfaces():
-            ipr = host_ipr.get(node, self._root_ipr)
-            found = ipr.link_lookup(ifname=ifname)
-            if not found:
-                raise RuntimeError(f"interface {ifname} of {node} does not exist")
-            self.ports.append(Port(node, ifname, ipr, found[0]))
+        for link in fabric.links:
+            for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
+                ifname = fabric.intf_name(node, port)
+                ipr = host_ipr.get(node, self._root_ipr)
+                found = ipr.link_lookup(ifname=ifname)
+                if not found:
+                    raise RuntimeError(f"interface {ifname} of {node} does not exist")
+                self.ports.append(Port(node, ifname, ipr, found[0], link.bw_mbps or self.config.bw_mbps))
+        self._by_ifname = {p.ifname: p for p in self.ports}
 
     def configure(self, net) -> None:
         c = self.config
@@ -77,8 +82,8 @@ class PortManager:
             p.ipr.link("set", index=p.index, mtu=c.mtu_bytes)
         if c.offloads_off:
             self._offloads_off(net)
-        rate = f"{c.bw_mbps * 1e6:.0f}bit"
         for p in self.ports:
+            rate = f"{p.bw_mbps * 1e6:.0f}bit"
             p.ipr.tc("add", "htb", p.index, ROOT_HANDLE, default=CLASS_HANDLE & 0xFFFF)
             p.ipr.tc("add-class", "htb", p.index, CLASS_HANDLE, parent=ROOT_HANDLE, rate=rate,
                      burst=c.htb_burst_bytes, cburst=c.htb_burst_bytes, mtu=c.mtu_bytes + 14)
@@ -100,6 +105,11 @@ class PortManager:
             _, err = proc.communicate(timeout=30)
             if proc.returncode != 0:
                 raise RuntimeError(f"ethtool on {ifname} failed: {err.strip()}")
+
+    def set_link_state(self, ifname: str, up: bool) -> None:
+        """Administratively bring one end of a link down or up (its peer loses carrier)."""
+        p = self._by_ifname[ifname]
+        p.ipr.link("set", index=p.index, state="up" if up else "down")
 
     def queue_stats(self) -> list[dict]:
         """Leaf bfifo counters of every port: bytes/packets sent, drops, overlimits, backlog."""

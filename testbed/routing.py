@@ -1,30 +1,48 @@
 """Route computation, pure: a fabric in, a next-hop table out.
 
-A route table maps switch name -> destination host name -> output port. The controller
-turns it into flow entries; tests check it for reachability, loops and dimension order.
+A route table maps switch name -> destination host name -> tuple of output ports: one port
+for a single path, several for ECMP (the switch hashes each flow onto one of them). The
+controller turns it into flow entries and select groups; tests check it for reachability,
+loops, minimality and dimension order.
+
+Torus virtual channels (dateline): lossless traffic on a ring deadlocks when the buffers of
+the ring's links wait on each other in a cycle. With the dateline scheme a packet travels on
+virtual channel 0 and moves to channel 1 when it crosses the dateline link of a dimension (the
+wraparound link between coordinates n-1 and 0); it returns to channel 0 when it turns into the
+next dimension. Minimal routes cross a dateline at most once per dimension, so no cycle of
+channel dependencies remains.
 """
 from __future__ import annotations
 
-import networkx as nx
+import itertools
 
-from topologies.model import Fabric
+from topologies.model import Fabric, Link
 
-RouteTable = dict[str, dict[str, int]]
+RouteTable = dict[str, dict[str, tuple[int, ...]]]
 
-ALGORITHMS = ("dimension_order", "shortest_path")
+ALGORITHMS = ("dimension_order", "shortest_path", "ecmp")
 
 
-def compute_routes(fabric: Fabric, algorithm: str) -> RouteTable:
+def compute_routes(fabric: Fabric, algorithm: str, down_links: frozenset[Link] = frozenset()) -> RouteTable:
+    """Routes over the links that are up. Dimension-order routing ignores ``down_links`` only
+    when none of its paths use them; otherwise it falls back to shortest paths for the
+    destinations whose dimension-order path is broken."""
     if algorithm == "dimension_order":
-        return dimension_order_routes(fabric)
+        table = dimension_order_routes(fabric)
+        if down_links:
+            fallback = minimal_routes(fabric, down_links, all_paths=False)
+            _repair(fabric, table, fallback, down_links)
+        return table
     if algorithm == "shortest_path":
-        return shortest_path_routes(fabric)
-    raise ValueError(f"unknown routing algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+        return minimal_routes(fabric, down_links, all_paths=False)
+    if algorithm == "ecmp":
+        return minimal_routes(fabric, down_links, all_paths=True)
+    raise ValueError(f"unknown routing algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")
 
 
 def _host_ports(fabric: Fabric, table: RouteTable) -> None:
     for h in fabric.hosts:
-        table[h.switch][h.name] = h.switch_port
+        table[h.switch][h.name] = (h.switch_port,)
 
 
 def _dim_ports(fabric: Fabric) -> dict[tuple[str, int, int], int]:
@@ -57,43 +75,141 @@ def dimension_order_routes(fabric: Fabric) -> RouteTable:
                 continue
             d = next(i for i, (a, b) in enumerate(zip(s.coord, dst)) if a != b)
             direction = torus_direction(s.coord[d], dst[d], fabric.dims[d])
-            table[s.name][h.name] = ports[(s.name, d, direction)]
+            table[s.name][h.name] = (ports[(s.name, d, direction)],)
     return table
 
 
-def shortest_path_routes(fabric: Fabric) -> RouteTable:
-    """One minimal-hop path per destination; ties go to the lowest output port, so the
-    table is deterministic."""
+def minimal_routes(fabric: Fabric, down_links: frozenset[Link] = frozenset(), all_paths: bool = True) -> RouteTable:
+    """Minimal-hop routes over the links that are up: every next hop on a minimal path (ECMP),
+    or only the lowest-numbered port (a deterministic single path)."""
+    import networkx as nx
     g = fabric.switch_graph()
+    for link in down_links:
+        if g.has_edge(link.a, link.b, key=(link.a, link.a_port)):
+            g.remove_edge(link.a, link.b, key=(link.a, link.a_port))
     table: RouteTable = {s.name: {} for s in fabric.switches}
     _host_ports(fabric, table)
     for h in fabric.hosts:
         dist = nx.single_source_shortest_path_length(g, h.switch)
         for s in fabric.switches:
-            if s.name == h.switch:
-                continue
-            if s.name not in dist:
-                raise ValueError(f"{s.name} cannot reach {h.name}: the fabric is partitioned")
-            candidates = [port for port, (peer, _, _) in fabric.ports[s.name].items()
-                          if peer in dist and dist[peer] == dist[s.name] - 1]
-            table[s.name][h.name] = min(candidates)
+            if s.name == h.switch or s.name not in dist:
+                continue  # unreachable destinations get no route: their packets are dropped
+            candidates = sorted(port for port, (peer, _, link) in fabric.ports[s.name].items()
+                                if link not in down_links and peer in dist and dist[peer] == dist[s.name] - 1)
+            table[s.name][h.name] = tuple(candidates) if all_paths else (candidates[0],)
     return table
 
 
-def trace_path(fabric: Fabric, table: RouteTable, src_host: str, dst_host: str) -> list[str]:
-    """The switches a packet from src_host to dst_host crosses; raises on a loop or a hole."""
-    node = fabric.host_by_name[src_host].switch
-    path = [node]
-    while True:
-        port = table[node].get(dst_host)
-        if port is None:
+def _repair(fabric: Fabric, table: RouteTable, fallback: RouteTable, down_links: frozenset[Link]) -> None:
+    """Replace, per destination, the entries whose path crosses a down link."""
+    for h in fabric.hosts:
+        for s in fabric.switches:
+            try:
+                paths = trace_paths(fabric, table, s.name, h.name)
+                broken = any(link in down_links for p in paths for link in _links_of(fabric, table, p, h.name))
+            except ValueError:
+                broken = True
+            if broken:
+                for sw in fabric.switches:
+                    if h.name in fallback[sw.name]:
+                        table[sw.name][h.name] = fallback[sw.name][h.name]
+                    else:
+                        table[sw.name].pop(h.name, None)
+                break
+
+
+def _links_of(fabric: Fabric, table: RouteTable, path: list[str], dst_host: str) -> list[Link]:
+    out = []
+    for a, b in zip(path, path[1:]):
+        for port in table[a][dst_host]:
+            peer, _, link = fabric.ports[a][port]
+            if peer == b:
+                out.append(link)
+    return out
+
+
+def trace_paths(fabric: Fabric, table: RouteTable, src_switch: str, dst_host: str) -> list[list[str]]:
+    """Every switch path a packet from src_switch to dst_host can take (ECMP branches); raises
+    ValueError on a loop or a missing route."""
+    out: list[list[str]] = []
+
+    def walk(node: str, path: list[str]) -> None:
+        ports = table[node].get(dst_host)
+        if not ports:
             raise ValueError(f"{node} has no route to {dst_host}")
-        peer, _, _ = fabric.ports[node][port]
-        if peer == dst_host:
-            return path
-        if peer in path:
-            raise ValueError(f"routing loop {src_host}->{dst_host}: {path + [peer]}")
-        if peer in fabric.host_by_name:
-            raise ValueError(f"{node} sends {dst_host}'s traffic to host {peer}")
-        path.append(peer)
-        node = peer
+        for port in ports:
+            peer, _, _ = fabric.ports[node][port]
+            if peer == dst_host:
+                out.append(path)
+            elif peer in path:
+                raise ValueError(f"routing loop toward {dst_host}: {path + [peer]}")
+            elif peer in fabric.host_by_name:
+                raise ValueError(f"{node} sends {dst_host}'s traffic to host {peer}")
+            else:
+                walk(peer, path + [peer])
+
+    walk(src_switch, [src_switch])
+    return out
+
+
+def trace_path(fabric: Fabric, table: RouteTable, src_host: str, dst_host: str) -> list[str]:
+    """The one switch path from src_host to dst_host (the first one under ECMP)."""
+    return trace_paths(fabric, table, fabric.host_by_name[src_host].switch, dst_host)[0]
+
+
+# ---- torus virtual channels -------------------------------------------------------------
+
+def is_dateline(fabric: Fabric, link: Link) -> bool:
+    """The wraparound link of its dimension: between coordinates n-1 and 0."""
+    if link.dim is None:
+        return False
+    n = fabric.dims[link.dim]
+    return n > 1 and fabric.switch_by_name[link.a].coord[link.dim] == n - 1
+
+
+def port_dim(fabric: Fabric, switch: str, port: int) -> int | None:
+    """The torus dimension a switch port runs along; None for host ports."""
+    return fabric.ports[switch][port][2].dim
+
+
+def next_vc(fabric: Fabric, switch: str, in_port: int | None, out_port: int, vc: int, dateline: bool) -> int:
+    """The virtual channel a packet uses on ``out_port`` of ``switch``, having arrived on
+    ``in_port`` (None: from a host) on channel ``vc``."""
+    if not dateline:
+        return 0
+    out_link = fabric.ports[switch][out_port][2]
+    if out_link.dim is None:
+        return 0  # delivered to a host: back to the class's own channel
+    same_dim = in_port is not None and port_dim(fabric, switch, in_port) == out_link.dim
+    carried = vc if same_dim else 0
+    return 1 if is_dateline(fabric, out_link) else carried
+
+
+def channel_dependencies(fabric: Fabric, table: RouteTable, dateline: bool):
+    """The channel dependency graph (Dally and Seitz) of a route table: nodes are
+    (switch, out port, vc) channels, an edge means a packet holding the first waits for the second."""
+    import networkx as nx
+    cdg = nx.DiGraph()
+    for h in fabric.hosts:
+        for src in fabric.hosts:
+            if src.name == h.name:
+                continue
+            _walk_channels(fabric, table, src.switch, None, 0, h.name, None, cdg, dateline)
+    return cdg
+
+
+def _walk_channels(fabric, table, switch, in_port, vc, dst, prev_channel, cdg, dateline) -> None:
+    for port in table[switch][dst]:
+        nvc = next_vc(fabric, switch, in_port, port, vc, dateline)
+        channel = (switch, port, nvc)
+        if prev_channel is not None:
+            cdg.add_edge(prev_channel, channel)
+        else:
+            cdg.add_node(channel)
+        peer, peer_port, _ = fabric.ports[switch][port]
+        if peer != dst:
+            _walk_channels(fabric, table, peer, peer_port, nvc, dst, channel, cdg, dateline)
+
+
+def pairs(fabric: Fabric):
+    return itertools.permutations([h.name for h in fabric.hosts], 2)

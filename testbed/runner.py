@@ -23,10 +23,8 @@ from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.runstate import RunLock, RunRecord, clean_stale
-from testbed.scenario import Scenario
+from testbed.scenario import Scenario, build_fabric
 from testbed.workload import build_messages, engine_plan
-from topologies.model import Fabric
-from topologies.torus import torus
 
 RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", probe.PROJECT_ROOT / "results"))
 MANIFEST_VERSION = 1
@@ -41,13 +39,6 @@ def _on_sigterm(_signum, _frame):
     raise Terminated("terminated by SIGTERM")
 
 
-def build_fabric(sc: Scenario) -> Fabric:
-    f = sc.fabric
-    if f.topology == "torus":
-        return torus(f.dims, f.hosts_per_switch)
-    raise ValueError(f"unknown topology {f.topology}")
-
-
 def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
     """Run the scenario; returns its run folder (raw files and manifest.json)."""
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -58,7 +49,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
 
 
 def _run(sc: Scenario, log, results_dir: Path | None) -> Path:
-    fabric = build_fabric(sc)
+    fabric = build_fabric(sc.fabric)
     ranks, messages = build_messages(sc, fabric)
     base = results_dir or RESULTS_DIR
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -83,7 +74,11 @@ def _run(sc: Scenario, log, results_dir: Path | None) -> Path:
                 "offloads": "off on every veth" if datapath == "user" else "unchanged",
                 "traffic": "one engine process, AF_PACKET socket per host opened in its namespace, "
                            "paced per host to the link rate",
-                "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}), proactive, barrier-confirmed",
+                "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}"
+                           f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
+                           f"barrier-confirmed",
+                "ecmp": "OpenFlow 1.5 select groups, OVS hash over the 5-tuple" if sc.controller.routing == "ecmp"
+                        else "none",
                 "timestamps": "CLOCK_MONOTONIC, shared by every namespace (one-way delay exact)",
             },
             "ranks": ranks,
@@ -106,7 +101,10 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
     raw = run_dir / "raw"
     timings = manifest["timings_s"]
     t0 = time.monotonic()
-    ctl = Controller(app=sc.controller.app, params={"routing": sc.controller.routing},
+    params = {"routing": sc.controller.routing}
+    if sc.controller.dateline:
+        params.update(dateline="1", vc_dscp=f"{sc.workload.dscp}:{sc.controller.vc1_dscp}")
+    ctl = Controller(app=sc.controller.app, params=params,
                      fabric_json=raw / "fabric.json", events_path=raw / "controller_events.jsonl",
                      log_path=raw / "controller.log")
     ctl.on_start = record.add_process
@@ -127,7 +125,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
                 (raw / "plan.json").write_text(json.dumps(plan))
-                _traffic(sc, plan, raw, ctl, record, manifest, log)
+                _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log)
                 counters = net.ports.queue_stats()
                 (raw / "queues_end.json").write_text(json.dumps(counters))
         finally:
@@ -137,7 +135,39 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
         raise RunFailed("the controller never reported its routes ready")
 
 
-def _traffic(sc, plan, raw, ctl, record, manifest, log) -> None:
+class FaultInjector:
+    """Applies the scenario's fault schedule during the traffic phase and logs each fault."""
+
+    def __init__(self, sc, fabric, net, path: Path, log):
+        self.pending = sorted(sc.faults, key=lambda f: f.at_s)
+        self.fabric, self.net, self.log = fabric, net, log
+        self._f = open(path, "a", buffering=1)
+        self.start_ns = 0
+
+    def start(self) -> None:
+        self.start_ns = time.monotonic_ns()
+
+    def due_in_s(self) -> float | None:
+        if not self.pending:
+            return None
+        return self.pending[0].at_s - (time.monotonic_ns() - self.start_ns) / 1e9
+
+    def apply_due(self) -> None:
+        while self.pending and self.due_in_s() <= 0:
+            fault = self.pending.pop(0)
+            link = self.fabric.link_by_name(fault.link)
+            ifname = self.fabric.intf_name(link.a, link.a_port)
+            t = time.monotonic_ns()
+            self.net.ports.set_link_state(ifname, up=(fault.action == "link_up"))
+            self._f.write(json.dumps({"t_ns": t, "at_s": (t - self.start_ns) / 1e9, "action": fault.action,
+                                      "link": link.name, "ifname": ifname}) + "\n")
+            self.log(f"fault: {fault.action} {link.name} at {(t - self.start_ns) / 1e9:.3f} s")
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
     engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.engine", str(raw / "plan.json")],
                             raw / "engine.log", cwd=str(probe.PROJECT_ROOT))
     engine.on_start = record.add_process
@@ -148,18 +178,23 @@ def _traffic(sc, plan, raw, ctl, record, manifest, log) -> None:
         wait_until(lambda: (raw / "engine_ready").exists() or engine.proc.poll() is not None, 60,
                    "the traffic engine to open its sockets")
         cpu.begin()
+        faults = FaultInjector(sc, fabric, net, raw / "faults.jsonl", log)
+        faults.start()
         deadline = sc.run.time_limit_s + ENGINE_GRACE_S
 
         def finished():
             if not ctl.alive():
                 raise RunFailed(f"the controller exited during the run; log:\n{ctl.log_tail()}")
+            faults.apply_due()
             return engine.proc.poll() is not None
 
         try:
-            wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.1)
+            wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.005)
         except WaitFailed:
             raise RunFailed(f"the traffic engine did not finish within {deadline:g} s; log:\n"
                             f"{engine.log_tail()}") from None
+        finally:
+            faults.close()
         manifest["cpu"] = cpu.end()
     if engine.proc.returncode not in (0, 3):
         raise RunFailed(f"the traffic engine failed (exit {engine.proc.returncode}); log:\n{engine.log_tail()}")

@@ -1,8 +1,9 @@
 """Scenario files: schema, validation and `--set` overrides.
 
 A scenario is a TOML file in scenarios/ with four tables: [fabric], [controller],
-[workload], [run]. Every field, its unit (in its name), default and range is declared once,
-below; anything else in a file is an error naming the file and the field.
+[workload], [run], and an optional array of [[faults]]. Every field, its unit (in its name),
+default and range is declared once, below; anything else in a file is an error naming the
+file and the field.
 """
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from typing import Any
 
 from testbed.errors import InputError
 from testbed.units import parse_bytes
+from topologies.fattree import fattree
+from topologies.leafspine import leafspine
+from topologies.model import Fabric
+from topologies.torus import torus
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 SCENARIO_VERSION = 1
@@ -31,10 +36,15 @@ def spec(default, doc: str, kind: str, lo=None, hi=None, choices=None, length=No
 
 @dataclass(frozen=True)
 class FabricSpec:
-    topology: str = spec("torus", "fabric kind", "str", choices=("torus",))
-    dims: tuple = spec((4, 4), "torus size per dimension (2 or 3 numbers)", "int_list", 1, 16, length=(2, 3))
-    hosts_per_switch: int = spec(1, "hosts attached to each switch", "int", 1, 15)
-    bw_mbps: float = spec(100.0, "rate of every link, Mb/s", "float", 1.0, 10000.0)
+    topology: str = spec("torus", "fabric kind", "str", choices=("torus", "fattree", "leafspine"))
+    dims: tuple = spec((4, 4), "torus: size per dimension (2 or 3 numbers)", "int_list", 1, 16, length=(2, 3))
+    hosts_per_switch: int = spec(1, "torus: hosts attached to each switch", "int", 1, 15)
+    k: int = spec(4, "fattree: switch radix k (even)", "int", 2, 16)
+    leaves: int = spec(4, "leafspine: leaf switches", "int", 1, 64)
+    spines: int = spec(2, "leafspine: spine switches", "int", 1, 32)
+    hosts_per_leaf: int = spec(4, "leafspine: hosts per leaf", "int", 1, 64)
+    uplink_bw_mbps: float = spec(0.0, "leafspine: leaf-spine link rate, Mb/s (0: bw_mbps)", "float", 0.0, 10000.0)
+    bw_mbps: float = spec(100.0, "rate of every (host) link, Mb/s", "float", 1.0, 10000.0)
     mtu_bytes: int = spec(9000, "MTU of every veth, bytes", "int", 1500, 9000)
     queue_limit_bytes: int = spec(262144, "buffer of every egress port (bfifo), bytes", "bytes", 4096, 64 << 20)
     htb_burst_bytes: int = spec(61440, "HTB burst and cburst of every shaped port, bytes: larger bursts "
@@ -45,8 +55,10 @@ class FabricSpec:
 @dataclass(frozen=True)
 class ControllerSpec:
     app: str = spec("proactive_routing", "os-ken app in controllers/", "str", choices=("proactive_routing",))
-    routing: str = spec("dimension_order", "route algorithm", "str",
-                        choices=("dimension_order", "shortest_path"))
+    routing: str = spec("dimension_order", "route algorithm (dimension_order: torus only; ecmp: select "
+                        "groups hashing the 5-tuple)", "str", choices=("dimension_order", "shortest_path", "ecmp"))
+    dateline: bool = spec(False, "torus: dateline virtual channels for the workload's class", "bool")
+    vc1_dscp: int = spec(27, "DSCP that carries the workload's class on virtual channel 1", "int", 0, 63)
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,13 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
+class FaultSpec:
+    at_s: float = spec(0.0, "when, seconds after traffic starts", "float", 0.0, 3600.0)
+    action: str = spec("link_down", "what happens", "str", choices=("link_down", "link_up"))
+    link: str = spec("", "the link, as <node>-<node> (fabric names, e.g. s0_0-s1_0)", "str")
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     path: str
@@ -76,6 +95,7 @@ class Scenario:
     controller: ControllerSpec
     workload: WorkloadSpec
     run: RunSpec
+    faults: tuple[FaultSpec, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -84,7 +104,9 @@ class Scenario:
 
 
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec, "run": RunSpec}
-TOP_LEVEL = {"description", "scenario_version", *SECTIONS}
+TOP_LEVEL = {"description", "scenario_version", "faults", *SECTIONS}
+TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
+                   "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
 
 
 def _check_value(where: str, name: str, raw: Any, meta: dict) -> Any:
@@ -145,8 +167,29 @@ def _build_section(where: str, section: str, cls, table: Any):
     return cls(**values)
 
 
-def _cross_checks(where: str, sc: Scenario) -> None:
-    f, w = sc.fabric, sc.workload
+def build_fabric(f: FabricSpec) -> Fabric:
+    """The pure topology a [fabric] table describes."""
+    if f.topology == "torus":
+        return torus(f.dims, f.hosts_per_switch)
+    if f.topology == "fattree":
+        return fattree(f.k)
+    return leafspine(f.leaves, f.spines, f.hosts_per_leaf, f.uplink_bw_mbps or None)
+
+
+def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
+    f, w, c = sc.fabric, sc.workload, sc.controller
+    for topo, keys in TOPOLOGY_FIELDS.items():
+        for key in sorted(keys & fabric_keys):
+            if topo != f.topology:
+                raise InputError(where, f"fabric.{key}", f"only applies to topology {topo}, not {f.topology}")
+    if f.topology == "fattree" and f.k % 2:
+        raise InputError(where, "fabric.k", f"must be even, got {f.k}")
+    if c.routing == "dimension_order" and f.topology != "torus":
+        raise InputError(where, "controller.routing", f"dimension_order needs a torus, not a {f.topology}")
+    if c.dateline and (f.topology != "torus" or c.routing == "ecmp"):
+        raise InputError(where, "controller.dateline", "needs a torus with single-path routing")
+    if c.dateline and c.vc1_dscp == w.dscp:
+        raise InputError(where, "controller.vc1_dscp", f"must differ from workload.dscp ({w.dscp})")
     frame = w.payload_bytes + 14 + 20 + 8 + 12 + 4
     if frame > f.mtu_bytes + 14:
         raise InputError(where, "workload.payload_bytes",
@@ -155,11 +198,22 @@ def _cross_checks(where: str, sc: Scenario) -> None:
     if f.queue_limit_bytes < 2 * frame:
         raise InputError(where, "fabric.queue_limit_bytes",
                          f"must hold at least two {frame}-byte frames, got {f.queue_limit_bytes}")
-    n_hosts = f.hosts_per_switch
-    for d in f.dims:
-        n_hosts *= d
+    try:
+        fabric = build_fabric(f)
+    except ValueError as e:
+        raise InputError(where, "fabric", str(e)) from None
+    n_hosts = len(fabric.hosts)
     if n_hosts < 2:
-        raise InputError(where, "fabric.dims", "a collective needs at least 2 hosts")
+        raise InputError(where, "fabric", "a collective needs at least 2 hosts")
+    for i, fault in enumerate(sc.faults):
+        try:
+            link = fabric.link_by_name(fault.link)
+        except KeyError:
+            raise InputError(where, f"faults[{i}].link", f"no link {fault.link!r} in this fabric "
+                             f"(write it as <node>-<node>, e.g. {fabric.links[-1].name})") from None
+        if link.a in fabric.host_by_name or link.b in fabric.host_by_name:
+            raise InputError(where, f"faults[{i}].link", "only switch-to-switch links can fail "
+                             "(a host's only link down would cut it off)")
     if w.bytes_per_rank < n_hosts:
         raise InputError(where, "workload.bytes_per_rank",
                          f"must be at least one byte per rank ({n_hosts}), got {w.bytes_per_rank}")
@@ -191,6 +245,9 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     if not isinstance(description, str):
         raise InputError(where, "description", "expected a string")
     tables = {s: dict(doc.get(s, {})) if isinstance(doc.get(s, {}), dict) else doc[s] for s in SECTIONS}
+    faults_doc = doc.get("faults", [])
+    if not isinstance(faults_doc, list):
+        raise InputError(where, "faults", "expected an array of tables [[faults]]")
     for text in overrides:
         key, value = parse_override(text)
         section, fname = key.split(".")
@@ -208,8 +265,9 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
             if overrides and any(o.split("=", 1)[0].strip() == e.field for o in overrides):
                 raise InputError("--set", e.field, e.message) from None
             raise
-    sc = Scenario(name=name, path=where, description=description, **built)
-    _cross_checks(where, sc)
+    faults = tuple(_build_section(where, f"faults[{i}]", FaultSpec, t) for i, t in enumerate(faults_doc))
+    sc = Scenario(name=name, path=where, description=description, faults=faults, **built)
+    _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     return sc
 
 

@@ -11,7 +11,7 @@ def ring_ranks(fabric: Fabric) -> list[str]:
     """Ring order that follows the fabric: on a torus, neighbours one switch hop apart."""
     if fabric.kind == "torus":
         return snake_order(fabric)
-    return [h.name for h in fabric.hosts]
+    return [h.name for h in fabric.hosts]  # fabric order: neighbours share a leaf/edge switch
 
 
 def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Message]]:

@@ -39,12 +39,18 @@ class Host:
 
 @dataclass(frozen=True)
 class Link:
-    """A full-duplex link. For torus links, ``a`` reaches ``b`` in the + direction of ``dim``."""
+    """A full-duplex link. For torus links, ``a`` reaches ``b`` in the + direction of ``dim``.
+    ``bw_mbps`` None means the fabric's default link rate (the scenario's fabric.bw_mbps)."""
     a: str
     a_port: int
     b: str
     b_port: int
     dim: int | None = None
+    bw_mbps: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b}"
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,6 @@ class Fabric:
     switches: tuple[Switch, ...]
     hosts: tuple[Host, ...]
     links: tuple[Link, ...]
-    wraparound: bool = True
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     @cached_property
@@ -88,6 +93,19 @@ class Fabric:
                 g.add_edge(link.a, link.b, key=(link.a, link.a_port), link=link)
         return g
 
+    def switch_of_port(self, node: str, port: int) -> tuple[str, int, Link]:
+        return self.ports[node][port]
+
+    def link_by_name(self, name: str) -> Link:
+        """A link by "<a>-<b>" (either order); several parallel links: the first."""
+        for link in self.links:
+            if name in (f"{link.a}-{link.b}", f"{link.b}-{link.a}"):
+                return link
+        raise KeyError(name)
+
+    def intf_name(self, node: str, port: int) -> str:
+        return f"{node}-eth{0 if node in self.host_by_name else port}"
+
     def interfaces(self) -> list[tuple[str, str]]:
         """(node, interface name) for every link end."""
         out = []
@@ -107,7 +125,7 @@ class Fabric:
         if d.pop("model_version", None) != MODEL_VERSION:
             raise ValueError("fabric description has another model version")
         return cls(
-            kind=d["kind"], dims=tuple(d["dims"]), wraparound=d["wraparound"], meta=d["meta"],
+            kind=d["kind"], dims=tuple(d["dims"]), meta=d["meta"],
             switches=tuple(Switch(s["name"], s["dpid"], tuple(s["coord"])) for s in d["switches"]),
             hosts=tuple(Host(**{**h, "coord": tuple(h["coord"])}) for h in d["hosts"]),
             links=tuple(Link(**l) for l in d["links"]),

@@ -1,0 +1,65 @@
+"""Flow rules of the routing apps, as pure data (no os-ken here), so they can be tested
+without a switch. The apps turn them into OpenFlow messages (controllers/flows.py).
+
+Per destination host, a switch gets one IPv4 and one ARP rule toward its next hop(s); several
+next hops become an ECMP select group. With the torus dateline on, the lossless classes get
+extra rules that carry the virtual channel in the DSCP (class DSCP on channel 0, its channel-1
+DSCP after a dateline), decided by testbed.routing.next_vc.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.routing import RouteTable, next_vc
+from topologies.model import Fabric
+
+ETH_TYPE_IPV4 = 0x0800
+ETH_TYPE_ARP = 0x0806
+ROUTE_PRIORITY = 100
+VC_PRIORITY = 110
+VC_IN_PORT_PRIORITY = 120
+
+
+@dataclass(frozen=True)
+class Rule:
+    priority: int
+    match: tuple[tuple[str, object], ...]   # OpenFlow match fields, os-ken names
+    set_dscp: int | None                     # rewrite before output, or None
+    ports: tuple[int, ...]                   # one port, or several for an ECMP group
+    cookie: int                              # the destination host: its rules change together
+
+
+def host_cookie(fabric: Fabric, host: str) -> int:
+    return 1 + [h.name for h in fabric.hosts].index(host)
+
+
+def rules_for(fabric: Fabric, table: RouteTable, switch: str, host: str,
+              vc_dscp: dict[int, int] | None = None) -> list[Rule]:
+    """Every rule ``switch`` needs toward ``host`` (none when it has no route)."""
+    ports = table[switch].get(host)
+    if not ports:
+        return []
+    ip = fabric.host_by_name[host].ip
+    cookie = host_cookie(fabric, host)
+    out = [Rule(ROUTE_PRIORITY, (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)), None, ports, cookie),
+           Rule(ROUTE_PRIORITY, (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip)), None, ports, cookie)]
+    if not vc_dscp or fabric.kind != "torus":
+        return out
+    if len(ports) != 1:
+        raise ValueError("the dateline scheme needs single-path (dimension-order) routes")
+    (port,) = ports
+    out_dim = fabric.ports[switch][port][2].dim
+    same_dim_in = [p for p, (_, _, link) in fabric.ports[switch].items()
+                   if out_dim is not None and link.dim == out_dim]
+    for c0, c1 in vc_dscp.items():
+        channel = (c0, c1)
+        for vc in (0, 1):
+            base = (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip), ("ip_dscp", channel[vc]))
+            nvc = next_vc(fabric, switch, None, port, vc, dateline=True)
+            out.append(Rule(VC_PRIORITY, base, channel[nvc] if channel[nvc] != channel[vc] else None,
+                            ports, cookie))
+            for q in same_dim_in:
+                nvc = next_vc(fabric, switch, q, port, vc, dateline=True)
+                out.append(Rule(VC_IN_PORT_PRIORITY, (("in_port", q),) + base,
+                                channel[nvc] if channel[nvc] != channel[vc] else None, ports, cookie))
+    return out
