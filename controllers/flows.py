@@ -66,15 +66,17 @@ def barrier(dp) -> int:
     return req.xid
 
 
-def add_select_group(dp, group_id: int, ports: tuple[int, ...]) -> bool:
-    """An ECMP group over ``ports``; returns whether it hashes on the 5-tuple (OpenFlow 1.5)."""
+def add_select_group(dp, group_id: int, ports: tuple[int, ...], hash_basis: int = 0) -> bool:
+    """An ECMP group over ``ports``; returns whether it hashes on the 5-tuple (OpenFlow 1.5).
+    Switches at successive tiers must hash with different bases (seeds), or a flow's choice at
+    one tier decides its choice at the next and half the paths stay idle (ECMP polarization)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     if ofp.OFP_VERSION == ofproto_v1_5.OFP_VERSION:
         buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(p)],
                                     properties=[parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=1)])
                    for i, p in enumerate(ports)]
         dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, group_id, buckets=buckets,
-                                       properties=[NtrSelectionMethod()]))
+                                       properties=[NtrSelectionMethod(param=hash_basis)]))
         return True
     buckets = [parser.OFPBucket(weight=1, actions=[parser.OFPActionOutput(p)]) for p in ports]
     dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, group_id, buckets))

@@ -82,7 +82,8 @@ class ProactiveRouting(app_manager.OSKenApp):
         groups = self.groups.setdefault(dp.id, {})
         if ports not in groups:
             groups[ports] = len(groups) + 1
-            hashed = add_select_group(dp, groups[ports], ports)
+            # Per-switch hash basis against polarization: a fixed function of the DPID.
+            hashed = add_select_group(dp, groups[ports], ports, hash_basis=(dp.id * 0x9E3779B97F4A7C15) & 0xFFFFFFFF)
             if not hashed and len(groups) == 1:
                 self.event_log.write("ecmp_without_l4_hash", dpid=dp.id,
                                      reason="switch negotiated OpenFlow 1.3: OVS hashes IPs only")

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from testbed import records
-from testbed.collectives import ring_allreduce_bound_s
+from testbed.collectives import bound_formula, bound_s
 from testbed.packets import HEADER_BYTES
 
 SUMMARY_VERSION = 1
@@ -53,9 +53,10 @@ def message_table(raw: Path) -> pd.DataFrame:
     return df
 
 
-def iteration_table(msgs: pd.DataFrame, n_ranks: int, bytes_per_rank: int, bw_bps: float) -> pd.DataFrame:
+def iteration_table(msgs: pd.DataFrame, workload: str, n_ranks: int, bytes_per_rank: int,
+                    bw_bps: float) -> pd.DataFrame:
     rows = []
-    bound = ring_allreduce_bound_s(n_ranks, bytes_per_rank, bw_bps)
+    bound = bound_s(workload, n_ranks, bytes_per_rank, bw_bps)
     for it, g in msgs.groupby("iteration"):
         complete = bool(g["complete"].all())
         start = g.loc[g["step"] == 0, "release_ns"].min()
@@ -64,6 +65,36 @@ def iteration_table(msgs: pd.DataFrame, n_ranks: int, bytes_per_rank: int, bw_bp
         rows.append({"iteration": it, "complete": complete, "start_ns": start, "end_ns": end,
                      "time_s": t, "bound_s": bound, "bound_ratio": bound / t if complete else np.nan})
     return pd.DataFrame(rows)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def fault_table(raw: Path, pkts: pd.DataFrame) -> list[dict]:
+    """Each fault with the controller's reaction: time from the fault to the last affected route
+    confirmed by a barrier, and the packets sent after it that never arrived."""
+    events = _jsonl(raw / "controller_events.jsonl")
+    done = [e for e in events if e["event"] == "reroute_done"]
+    out = []
+    for f in _jsonl(raw / "faults.jsonl"):
+        after = [e for e in done if e["t_ns"] >= f["t_ns"]]
+        lost_after = pkts[(pkts["tx_ns"] >= f["t_ns"] - 50_000_000) & pkts["rx_ns"].isna()]
+        out.append({**f, "reroute_ms": (after[0]["t_ns"] - f["t_ns"]) / 1e6 if after else None,
+                    "lost_packets_around": int(len(lost_after))})
+    return out
+
+
+def switch_tx_packets(queues: list[dict], fabric: dict) -> dict[str, int]:
+    """Packets each switch sent out of its ports during the run (from the ports' qdiscs)."""
+    switches = {s["name"] for s in fabric["switches"]}
+    out: dict[str, int] = {}
+    for q in queues:
+        if q["node"] in switches:
+            out[q["node"]] = out.get(q["node"], 0) + q["sent_packets"]
+    return out
 
 
 def _pct(series: pd.Series, q: float) -> float | None:
@@ -82,7 +113,8 @@ def analyze(run_dir: Path) -> dict:
     n = len(manifest["ranks"])
     bw_bps = sc["fabric"]["bw_mbps"] * 1e6
     S = sc["workload"]["bytes_per_rank"]
-    iters = iteration_table(msgs, n, S, bw_bps)
+    workload = sc["workload"]["type"]
+    iters = iteration_table(msgs, workload, n, S, bw_bps)
     pkts.to_parquet(run_dir / "packets.parquet", index=False)
     msgs.to_parquet(run_dir / "messages.parquet", index=False)
     iters.to_parquet(run_dir / "iterations.parquet", index=False)
@@ -121,8 +153,8 @@ def analyze(run_dir: Path) -> dict:
         "problems": problems,
         "mechanisms": manifest["mechanisms"],
         "timings_s": manifest["timings_s"],
-        "allreduce": {
-            "algorithm": sc["workload"]["type"], "ranks": n, "bytes_per_rank": S,
+        "collective": {
+            "algorithm": workload, "ranks": n, "bytes_per_rank": S, "bound_formula": bound_formula(workload),
             "link_bw_mbps": sc["fabric"]["bw_mbps"],
             "iterations": len(iters), "iterations_complete": int(iters["complete"].sum()),
             "time_s": [None if np.isnan(t) else float(t) for t in iters["time_s"]],
@@ -131,7 +163,8 @@ def analyze(run_dir: Path) -> dict:
             "bound_ratio": (float(iters["bound_s"].iloc[0]) / mean_t) if mean_t else None,
             "bound_ratio_min": float(complete_iters["bound_ratio"].min()) if len(complete_iters) else None,
             "algbw_mbps": S * 8 / mean_t / 1e6 if mean_t else None,
-            "busbw_mbps": S * 8 / mean_t / 1e6 * 2 * (n - 1) / n if mean_t else None,
+            "busbw_mbps": (S * 8 / mean_t / 1e6 * (2 * (n - 1) / n if workload == "ring_allreduce" else 1.0))
+                          if mean_t else None,
             "header_overhead_fraction": HEADER_BYTES / (HEADER_BYTES + sc["workload"]["payload_bytes"]),
         },
         "latency_us": {"p50": _pct(lat_us, 50), "p99": _pct(lat_us, 99),
@@ -153,5 +186,7 @@ def analyze(run_dir: Path) -> dict:
             "cpus": manifest["machine"]["cpus"],
         },
     }
+    summary["faults"] = fault_table(raw, pkts)
+    summary["switch_tx_packets"] = switch_tx_packets(queues, _read_json(raw / "fabric.json"))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -20,13 +20,13 @@ def _fmt(v, spec="{:.3f}"):
 
 
 def print_summary(s: dict, run_dir: Path) -> None:
-    a, lat, p, fid = s["allreduce"], s["latency_us"], s["packets"], s["fidelity"]
+    a, lat, p, fid = s["collective"], s["latency_us"], s["packets"], s["fidelity"]
     t = Table(title=f"{s['scenario']}: {a['algorithm']}, {a['ranks']} ranks, "
                     f"{a['bytes_per_rank'] / 2**20:g} MiB per rank, {a['link_bw_mbps']:g} Mb/s links")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    t.add_row("AllReduce time per iteration (s)", ", ".join(_fmt(x) for x in a["time_s"]))
-    t.add_row("analytical bound 2(N-1)/N x S/B (s)", _fmt(a["bound_s"]))
+    t.add_row("time per iteration (s)", ", ".join(_fmt(x) for x in a["time_s"]))
+    t.add_row(f"analytical bound {a['bound_formula']} (s)", _fmt(a["bound_s"]))
     t.add_row("bound / measured (mean, min)", f"{_fmt(a['bound_ratio'])}, {_fmt(a['bound_ratio_min'])}")
     t.add_row("bus bandwidth (Mb/s)", _fmt(a["busbw_mbps"], "{:.1f}"))
     t.add_row("one-way latency p50 / p99 / max (us)",

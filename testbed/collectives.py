@@ -57,6 +57,35 @@ def ring_allreduce(ranks: list[str], bytes_per_rank: int, iterations: int = 1) -
     return msgs
 
 
+def shift_permutation(ranks: list[str], bytes_per_rank: int, shift: int, iterations: int = 1) -> list[Message]:
+    """Every rank r sends ``bytes_per_rank`` to rank r + shift at once (a permutation, the
+    classic stress of a fabric's bisection and of ECMP); iterations are separated by a barrier."""
+    n = len(ranks)
+    if n < 2 or shift % n == 0:
+        raise ValueError(f"a shift of {shift} over {n} ranks sends nothing anywhere")
+    msgs: list[Message] = []
+    prev: tuple[int, ...] = ()
+    for it in range(iterations):
+        first = len(msgs)
+        for r in range(n):
+            msgs.append(Message(first + r, it, 0, ranks[r], ranks[(r + shift) % n], bytes_per_rank, prev))
+        prev = tuple(range(first, first + n))
+    return msgs
+
+
 def ring_allreduce_bound_s(n: int, bytes_per_rank: int, bw_bps: float) -> float:
     """Bandwidth term of the ring AllReduce cost model: 2(N-1)/N x S/B."""
     return 2 * (n - 1) / n * bytes_per_rank * 8 / bw_bps
+
+
+def bound_s(workload: str, n: int, bytes_per_rank: int, bw_bps: float) -> float:
+    """Analytical time of one iteration at link rate B with no contention."""
+    if workload == "ring_allreduce":
+        return ring_allreduce_bound_s(n, bytes_per_rank, bw_bps)
+    if workload == "shift":
+        return bytes_per_rank * 8 / bw_bps
+    raise ValueError(f"no cost model for {workload}")
+
+
+def bound_formula(workload: str) -> str:
+    return {"ring_allreduce": "2(N-1)/N x S/B", "shift": "S/B"}[workload]

@@ -6,6 +6,7 @@ also when interrupted.
 """
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -74,6 +75,18 @@ class EmulatedFabric:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def ovs_port_stats(self) -> dict[str, dict[str, int]]:
+        """Open vSwitch's counters of every switch port of this fabric (rx/tx packets and drops)."""
+        out = subprocess.run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,statistics",
+                              "list", "Interface"], capture_output=True, text=True, check=True)
+        data = json.loads(out.stdout)
+        mine = {ifname for node, ifname in self.fabric.interfaces() if node in self.fabric.switch_by_name}
+        stats = {}
+        for name, (_, pairs) in data["data"]:
+            if name in mine:
+                stats[name] = {k: v for k, v in pairs}
+        return stats
 
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid

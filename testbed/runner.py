@@ -126,8 +126,8 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
                 (raw / "plan.json").write_text(json.dumps(plan))
                 _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log)
-                counters = net.ports.queue_stats()
-                (raw / "queues_end.json").write_text(json.dumps(counters))
+                (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
+                (raw / "ovs_ports_end.json").write_text(json.dumps(net.ovs_port_stats()))
         finally:
             timings.update(net.timings)
     timings["total"] = time.monotonic() - t0

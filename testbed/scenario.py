@@ -63,7 +63,9 @@ class ControllerSpec:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    type: str = spec("ring_allreduce", "collective to replay", "str", choices=("ring_allreduce",))
+    type: str = spec("ring_allreduce", "traffic: ring_allreduce, or shift (rank r sends to rank r + shift)",
+                     "str", choices=("ring_allreduce", "shift"))
+    shift: int = spec(1, "shift: destination offset in rank order", "int", 1, 4095)
     bytes_per_rank: int = spec(4 << 20, "AllReduce buffer size per rank, bytes", "bytes", 1024, 1 << 30)
     iterations: int = spec(3, "AllReduce iterations (a barrier separates them)", "int", 1, 1000)
     payload_bytes: int = spec(4096, "RoCE payload per packet (path MTU), bytes", "int", 256, 8900)
@@ -214,6 +216,8 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         if link.a in fabric.host_by_name or link.b in fabric.host_by_name:
             raise InputError(where, f"faults[{i}].link", "only switch-to-switch links can fail "
                              "(a host's only link down would cut it off)")
+    if w.type == "shift" and w.shift % n_hosts == 0:
+        raise InputError(where, "workload.shift", f"a multiple of the {n_hosts} ranks sends nothing anywhere")
     if w.bytes_per_rank < n_hosts:
         raise InputError(where, "workload.bytes_per_rank",
                          f"must be at least one byte per rank ({n_hosts}), got {w.bytes_per_rank}")

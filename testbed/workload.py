@@ -1,7 +1,7 @@
 """From a scenario's [workload] to the engine's plan: ranks placed on hosts, flows, messages."""
 from __future__ import annotations
 
-from testbed.collectives import Message, ring_allreduce
+from testbed.collectives import Message, ring_allreduce, shift_permutation
 from testbed.scenario import Scenario
 from topologies.model import Fabric
 from topologies.torus import snake_order
@@ -19,6 +19,9 @@ def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Messag
     if w.type == "ring_allreduce":
         ranks = ring_ranks(fabric)
         return ranks, ring_allreduce(ranks, w.bytes_per_rank, w.iterations)
+    if w.type == "shift":
+        ranks = [h.name for h in fabric.hosts]
+        return ranks, shift_permutation(ranks, w.bytes_per_rank, w.shift, w.iterations)
     raise ValueError(f"unknown workload type {w.type}")
 
 

@@ -37,7 +37,7 @@ def test_run_completes_and_every_packet_arrives(small_run):
     assert s["status"] == "ok", s["problems"]
     assert s["packets"]["sent"] == s["packets"]["received"] > 0
     assert s["packets"]["lost"] == 0 and s["packets"]["qdisc_drops"] == 0
-    assert s["allreduce"]["iterations_complete"] == 2
+    assert s["collective"]["iterations_complete"] == 2
     assert "OK" in small_run["out"].stdout and "results:" in small_run["out"].stdout
 
 
@@ -75,11 +75,11 @@ def test_iteration_times_match_the_message_table(small_run):
     run_dir = small_run["run_dir"]
     s = summary_of(run_dir)
     msgs = pd.read_parquet(run_dir / "messages.parquet")
-    for it, t in enumerate(s["allreduce"]["time_s"]):
+    for it, t in enumerate(s["collective"]["time_s"]):
         g = msgs[msgs["iteration"] == it]
         assert t == pytest.approx((g["complete_ns"].max() - g["release_ns"].min()) / 1e9)
-    bound = s["allreduce"]["bound_s"]
-    assert s["allreduce"]["bound_ratio"] == pytest.approx(bound / s["allreduce"]["mean_time_s"])
+    bound = s["collective"]["bound_s"]
+    assert s["collective"]["bound_ratio"] == pytest.approx(bound / s["collective"]["mean_time_s"])
     # a step cannot start before the chunk it forwards has arrived
     prev = msgs[["iteration", "step", "dst", "complete_ns"]].assign(step=msgs["step"] + 1)
     pairs = msgs.merge(prev, left_on=["iteration", "step", "src"], right_on=["iteration", "step", "dst"],
