@@ -62,6 +62,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         self.dateline = params.get("dateline", "0") == "1"
         self.vc_dscp = parse_vc_dscp(params.get("vc_dscp", "")) if self.dateline else {}
         self.down_links: frozenset = frozenset()
+        self.down_ports: set[tuple[str, int]] = set()
         self.routes = compute_routes(self.fabric, self.routing)
         self.switch_by_dpid = {s.dpid: s for s in self.fabric.switches}
         self.datapaths: dict[int, object] = {}
@@ -142,10 +143,12 @@ class ProactiveRouting(app_manager.OSKenApp):
         link = self.fabric.ports[sw.name][port][2]
         down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN)
         self.event_log.write("port_status", switch=sw.name, port=port, link=link.name, down=down)
-        links = set(self.down_links)
-        (links.add if down else links.discard)(link)
-        if frozenset(links) != self.down_links:
-            self.down_links = frozenset(links)
+        # A link is down while either end reports it down; both ends' reports arrive separately.
+        (self.down_ports.add if down else self.down_ports.discard)((sw.name, port))
+        links = frozenset(l for l in self.fabric.links
+                          if (l.a, l.a_port) in self.down_ports or (l.b, l.b_port) in self.down_ports)
+        if links != self.down_links:
+            self.down_links = links
             self._reroute()
 
     def _reroute(self) -> None:

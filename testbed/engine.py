@@ -4,11 +4,14 @@
 
 Each host gets an AF_PACKET socket opened inside its namespace (then used from here). The
 loop releases messages when their dependencies have arrived, paces every host's sends to
-its link rate, sends prebuilt RoCEv2 frames as bytes, and timestamps every arrival.
-Raw per-packet records stream to OUT/raw/tx.bin and rx.bin (formats in testbed.records).
+its link rate, sends prebuilt RoCEv2 frames as bytes, and timestamps every arrival. Each
+flow is a queue pair running go-back-N (testbed.transport) unless the plan turns
+reliability off. Raw per-packet records stream to OUT/raw/tx.bin and rx.bin (testbed.records).
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import resource
@@ -23,8 +26,10 @@ from pathlib import Path
 
 from testbed import records
 from testbed.netns import netns_of
-from testbed.packets import (DataTemplate, PAYLOAD_HEADER_LEN, PAYLOAD_MAGIC, PAYLOAD_OFF, PAYLOAD_STRUCT,
-                             ROCE_SOCKET_FILTER, ROCE_UDP_PORT, IP_OFF)
+from testbed.packets import (AETH_STRUCT, BTH_OFF, IP_OFF, PAYLOAD_HEADER_LEN, PAYLOAD_MAGIC, PAYLOAD_OFF,
+                             PAYLOAD_STRUCT, PSN_OFF, PSN_STRUCT, QPN_BASE, QPN_STRUCT, RC_ACKNOWLEDGE,
+                             RC_SEND_ONLY, ROCE_SOCKET_FILTER, ROCE_UDP_PORT, AckTemplate, DataTemplate)
+from testbed.transport import AETH_ACK, ReceiverFlow, SenderFlow
 
 ETH_P_IP = 0x0800
 SOL_PACKET = 263
@@ -36,11 +41,12 @@ RCVBUF_BYTES = 32 << 20
 # resumes from "now minus this" rather than bursting out everything it owes.
 CATCHUP_LIMIT_NS = 2_000_000
 IDLE_POLL_S = 0.05
+RTO_CHECK_NS = 1_000_000
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
+TX_RETRANSMIT = 1
 
 
 def _attach_filter(sock: socket.socket) -> None:
-    import ctypes
     insns = b"".join(struct.pack("HBBI", *i) for i in ROCE_SOCKET_FILTER)
     buf = ctypes.create_string_buffer(insns)
     prog = struct.pack("HL", len(ROCE_SOCKET_FILTER), ctypes.addressof(buf))
@@ -48,8 +54,8 @@ def _attach_filter(sock: socket.socket) -> None:
 
 
 class Host:
-    __slots__ = ("name", "idx", "sock", "sink", "queue", "next_tx", "late_ns",
-                 "tx_pkts", "rx_pkts", "stray", "dup")
+    __slots__ = ("name", "idx", "sock", "sink", "queue", "resend_flows", "next_tx", "late_ns",
+                 "tx_pkts", "rx_pkts", "acks_tx", "acks_rx", "stray")
 
     def __init__(self, idx: int, spec: dict):
         self.name, self.idx = spec["name"], idx
@@ -65,13 +71,14 @@ class Host:
             self.sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
             self.sink.bind(("0.0.0.0", ROCE_UDP_PORT))
         self.sock.setblocking(False)
-        self.queue: deque[int] = deque()
+        self.queue: deque[int] = deque()          # released messages with new packets to send
+        self.resend_flows: deque[int] = deque()   # flows of this host going back (go-back-N)
         self.next_tx = 0
         self.late_ns = 0
-        self.tx_pkts = self.rx_pkts = self.stray = self.dup = 0
+        self.tx_pkts = self.rx_pkts = self.acks_tx = self.acks_rx = self.stray = 0
 
     def socket_drops(self) -> int:
-        packets, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        _packets, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
         return drops
 
 
@@ -80,6 +87,9 @@ class Engine:
         self.plan = plan
         self.out = Path(plan["out_dir"])
         self.payload = plan["payload_bytes"]
+        transport = plan["transport"]
+        self.reliable = transport["reliability"] == "go_back_n"
+        self.rto_ns = int(transport["rto_ms"] * 1e6)
         self.hosts = [Host(i, h) for i, h in enumerate(plan["hosts"])]
         by_name = {h.name: h for h in self.hosts}
         specs = {h["name"]: h for h in plan["hosts"]}
@@ -87,14 +97,18 @@ class Engine:
         flows = plan["flows"]
         self.flow_src = [by_name[f["src"]].idx for f in flows]
         self.flow_dst = [by_name[f["dst"]].idx for f in flows]
-        self.flow_psn = [0] * len(flows)
+        self.senders = [SenderFlow() for _ in flows]
+        self.receivers = [ReceiverFlow(transport["ack_every_packets"]) for _ in flows]
         self.templates: dict[tuple[int, int], DataTemplate] = {}
+        self.acks: list[AckTemplate] = []
         for f in flows:
             s, d = specs[f["src"]], specs[f["dst"]]
             for plen in {self.payload} | {self._tail(m[2]) for m in plan["messages"] if m[1] == f["id"]}:
                 self.templates[(f["id"], plen)] = DataTemplate(
                     src_mac=s["mac"], dst_mac=d["mac"], src_ip=s["ip"], dst_ip=d["ip"],
                     dscp=plan["dscp"], flow=f["id"], payload_bytes=plen)
+            self.acks.append(AckTemplate(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"],
+                                         dscp=transport["ack_dscp"], flow=f["id"]))
         msgs = plan["messages"]
         n = len(msgs)
         self.msg_flow = [m[1] for m in msgs]
@@ -107,13 +121,16 @@ class Engine:
                 self.dependents[d].append(m[0])
         self.msg_sent = [0] * n
         self.msg_recv = [0] * n
+        self.msg_acked = [0] * n
         self.release_ns = [0] * n
         self.first_tx_ns = [0] * n
         self.last_tx_ns = [0] * n
         self.complete_ns = [0] * n
+        self.acked_ns = [0] * n
         self.completed = 0
         self.active: set[int] = set()
         self.stop_requested = False
+        self.last_progress = 0
         self.tx_log = records.RecordWriter(self.out / "raw" / "tx.bin", records.TX)
         self.rx_log = records.RecordWriter(self.out / "raw" / "rx.bin", records.RX)
 
@@ -121,67 +138,108 @@ class Engine:
         rest = nbytes % self.payload
         return max(rest, PAYLOAD_HEADER_LEN) if rest else self.payload
 
-    def release(self, msg: int, now: int) -> None:
-        h = self.hosts[self.flow_src[self.msg_flow[msg]]]
-        self.release_ns[msg] = now
-        h.queue.append(msg)
+    def _activate(self, h: Host, now: int) -> None:
         if h.idx not in self.active:
             self.active.add(h.idx)
             if h.next_tx < now:
                 h.next_tx = now
 
+    def release(self, msg: int, now: int) -> None:
+        h = self.hosts[self.flow_src[self.msg_flow[msg]]]
+        self.release_ns[msg] = now
+        h.queue.append(msg)
+        self._activate(h, now)
+
+    def _go_back(self, flow: int, now: int) -> None:
+        h = self.hosts[self.flow_src[flow]]
+        if flow not in h.resend_flows:
+            h.resend_flows.append(flow)
+        self._activate(h, now)
+
+    # -- sending ------------------------------------------------------------------------------
+
     def send_due(self, h: Host, now: int) -> None:
-        q = h.queue
+        q, rq = h.queue, h.resend_flows
         payload = self.payload
         bw = self.bw_bps[h.idx]
         if h.next_tx < now - CATCHUP_LIMIT_NS:
             h.late_ns += now - CATCHUP_LIMIT_NS - h.next_tx
             h.next_tx = now - CATCHUP_LIMIT_NS
-        while q and h.next_tx <= now:
-            msg = q[0]
-            seq = self.msg_sent[msg]
-            flow = self.msg_flow[msg]
+        while h.next_tx <= now and (q or rq):
+            flags = 0
+            if rq:  # retransmissions first, as a NIC's go-back-N does
+                flow = rq[0]
+                resend = self.senders[flow].resend
+                if not resend:  # an ACK covered what was left to resend
+                    rq.popleft()
+                    continue
+                psn, msg, seq = resend.popleft()
+                if not resend:
+                    rq.popleft()
+                flags = TX_RETRANSMIT
+            else:
+                msg = q[0]
+                seq = self.msg_sent[msg]
+                flow = self.msg_flow[msg]
+                psn = -1
             # Payloads shorter than the testbed header are padded to it on the wire.
             plen = max(min(payload, self.msg_bytes[msg] - seq * payload), PAYLOAD_HEADER_LEN)
             tmpl = self.templates[(flow, plen)]
-            psn = self.flow_psn[flow]
             t = time.monotonic_ns()
+            if psn < 0:
+                psn = self.senders[flow].sent_new(msg, seq, t)
+                if seq == 0:
+                    self.first_tx_ns[msg] = t
+                seq1 = seq + 1
+                self.msg_sent[msg] = seq1
+                if seq1 == self.msg_npkts[msg]:
+                    self.last_tx_ns[msg] = t
+                    q.popleft()
+                elif len(q) > 1:
+                    q.rotate(-1)
             h.sock.send(tmpl.fill(psn, msg, seq, t))
-            self.tx_log.add(msg, seq, psn, t, tmpl.length)
-            self.flow_psn[flow] = (psn + 1) & 0xFFFFFF
-            if seq == 0:
-                self.first_tx_ns[msg] = t
-            seq += 1
-            self.msg_sent[msg] = seq
+            self.tx_log.add(msg, seq, psn & 0xFFFFFF, t, tmpl.length, flags)
             h.tx_pkts += 1
             h.next_tx += int(tmpl.length * 8e9 / bw)
-            if seq == self.msg_npkts[msg]:
-                self.last_tx_ns[msg] = t
-                q.popleft()
-            elif len(q) > 1:
-                q.rotate(-1)
-        if not q:
+        if not q and not rq:
             self.active.discard(h.idx)
 
-    def receive(self, h: Host, buf: bytearray) -> bool:
+    # -- receiving ----------------------------------------------------------------------------
+
+    def receive(self, h: Host, buf: bytearray) -> None:
         sock = h.sock
-        got = False
         nmsgs = len(self.msg_recv)
         while True:
             try:
                 n = sock.recv_into(buf)
             except BlockingIOError:
-                return got
+                return
             rx = time.monotonic_ns()
+            opcode = buf[BTH_OFF]
+            if opcode == RC_ACKNOWLEDGE:
+                self._ack(h, buf, rx)
+                continue
             magic, flow, msg, seq, tx = PAYLOAD_STRUCT.unpack_from(buf, PAYLOAD_OFF)
-            if magic != PAYLOAD_MAGIC or msg >= nmsgs or self.flow_dst[self.msg_flow[msg]] != h.idx:
+            if (opcode != RC_SEND_ONLY or magic != PAYLOAD_MAGIC or msg >= nmsgs
+                    or self.flow_dst[self.msg_flow[msg]] != h.idx):
                 h.stray += 1
                 continue
-            got = True
             h.rx_pkts += 1
-            self.rx_log.add(msg, seq, tx, rx, n, buf[IP_OFF + 1] & 3)
+            last = seq == self.msg_npkts[msg] - 1
+            if self.reliable:
+                psn = PSN_STRUCT.unpack_from(buf, PSN_OFF)[0] & 0xFFFFFF
+                accepted, reply, reply_psn = self.receivers[flow].received(psn, last)
+                if reply is not None:
+                    sock.send(self.acks[flow].fill(reply_psn, reply, self.msg_recv[msg]))
+                    h.acks_tx += 1
+            else:
+                accepted = True
+            self.rx_log.add(msg, seq, tx, rx, n, buf[IP_OFF + 1] & 3, accepted, buf[IP_OFF + 1] >> 2)
+            if not accepted:
+                continue
             r = self.msg_recv[msg] + 1
             self.msg_recv[msg] = r
+            self.last_progress = rx
             if r == self.msg_npkts[msg]:
                 self.complete_ns[msg] = rx
                 self.completed += 1
@@ -189,8 +247,36 @@ class Engine:
                     self.msg_waiting[d] -= 1
                     if self.msg_waiting[d] == 0:
                         self.release(d, rx)
-            elif r > self.msg_npkts[msg]:
-                h.dup += 1
+
+    def _ack(self, h: Host, buf: bytearray, now: int) -> None:
+        flow = (QPN_STRUCT.unpack_from(buf, BTH_OFF + 4)[0] & 0xFFFFFF) - QPN_BASE
+        if not 0 <= flow < len(self.senders) or self.flow_src[flow] != h.idx:
+            h.stray += 1
+            return
+        h.acks_rx += 1
+        psn = PSN_STRUCT.unpack_from(buf, PSN_OFF)[0] & 0xFFFFFF
+        syndrome = AETH_STRUCT.unpack_from(buf, PAYLOAD_OFF)[0] >> 24
+        sender = self.senders[flow]
+        if syndrome == AETH_ACK:
+            freed = sender.acked(psn, now)
+        else:
+            freed = sender.nacked(psn, now)
+            if sender.resend:
+                self._go_back(flow, now)
+        for _psn, msg, _seq in freed:
+            a = self.msg_acked[msg] + 1
+            self.msg_acked[msg] = a
+            if a == self.msg_npkts[msg]:
+                self.acked_ns[msg] = now
+        if freed:
+            self.last_progress = now
+
+    def check_timeouts(self, now: int) -> None:
+        for flow, sender in enumerate(self.senders):
+            if sender.unacked and sender.timed_out(now, self.rto_ns):
+                self._go_back(flow, now)
+
+    # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> dict:
         ep = select.epoll()
@@ -207,25 +293,25 @@ class Engine:
         for m in range(nmsgs):
             if self.msg_waiting[m] == 0:
                 self.release(m, start)
-        last_progress = start
+        self.last_progress = start
+        next_rto_check = start + RTO_CHECK_NS
         reason = "complete"
         hosts = self.hosts
         while self.completed < nmsgs:
             now = time.monotonic_ns()
-            if self.active:
-                progressed = False
-                for i in list(self.active):
-                    h = hosts[i]
-                    if h.next_tx <= now:
-                        self.send_due(h, now)
-                        progressed = True
-                if progressed:
-                    last_progress = now
+            for i in list(self.active):
+                h = hosts[i]
+                if h.next_tx <= now:
+                    self.send_due(h, now)
+            if self.reliable and now >= next_rto_check:
+                self.check_timeouts(now)
+                next_rto_check = now + RTO_CHECK_NS
             wake = min((hosts[i].next_tx for i in self.active), default=now + int(IDLE_POLL_S * 1e9))
+            if self.reliable:
+                wake = min(wake, next_rto_check)
             timeout = max(0.0, (wake - time.monotonic_ns()) / 1e9)
             for fd, _ in ep.poll(timeout):
-                if self.receive(by_fd[fd], buf):
-                    last_progress = time.monotonic_ns()
+                self.receive(by_fd[fd], buf)
             if self.stop_requested:
                 reason = "terminated"
                 break
@@ -233,7 +319,7 @@ class Engine:
             if now - start > limit_ns:
                 reason = "time_limit"
                 break
-            if now - last_progress > stall_ns:
+            if now - self.last_progress > stall_ns:
                 reason = "stalled"
                 break
         end = time.monotonic_ns()
@@ -244,24 +330,28 @@ class Engine:
             "reason": reason, "start_ns": start, "end_ns": end,
             "messages": nmsgs, "messages_completed": self.completed,
             "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+            "transport": self.plan["transport"],
             "hosts": [{"name": h.name, "tx_packets": h.tx_pkts, "rx_packets": h.rx_pkts,
-                       "socket_drops": h.socket_drops(), "stray": h.stray, "duplicates": h.dup,
+                       "acks_tx": h.acks_tx, "acks_rx": h.acks_rx,
+                       "socket_drops": h.socket_drops(), "stray": h.stray,
                        "pacing_late_ns": h.late_ns} for h in hosts],
+            "flows": [{"retransmitted": s.retransmitted, "naks": s.naks, "timeouts": s.timeouts,
+                       "out_of_order": r.out_of_order, "duplicates": r.duplicates}
+                      for s, r in zip(self.senders, self.receivers)],
         }
 
     def message_table(self) -> dict:
         return {"id": list(range(len(self.msg_npkts))), "flow": self.msg_flow, "bytes": self.msg_bytes,
                 "packets": self.msg_npkts, "sent_packets": self.msg_sent, "recv_packets": self.msg_recv,
                 "release_ns": self.release_ns, "first_tx_ns": self.first_tx_ns,
-                "last_tx_ns": self.last_tx_ns, "complete_ns": self.complete_ns}
+                "last_tx_ns": self.last_tx_ns, "complete_ns": self.complete_ns, "acked_ns": self.acked_ns}
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     plan = json.loads(Path(argv[0]).read_text())
     engine = Engine(plan)
-    import gc
-    gc.disable()  # the hot loop allocates no cycles; a collection pause would show as latency
+    gc.disable()  # the hot loop makes no reference cycles; a collection pause would show as latency
 
     def stop(_signum, _frame):
         engine.stop_requested = True

@@ -6,13 +6,14 @@ payload header and the ICRC in a bytearray and sends bytes.
 Wire layout of a data packet (offsets in bytes):
   0  Ether | 14 IP (DSCP, ECT(0)) | 34 UDP (dport 4791, checksum 0) | 42 BTH (RC SEND_ONLY)
   54 PayloadStamp (magic, flow, msg, seq, tx_ns) | 78 padding | -4 ICRC
+and of an ACK/NAK: the same up to the BTH (RC ACKNOWLEDGE), then 54 AETH | 58 ICRC.
 """
 from __future__ import annotations
 
 import struct
 import zlib
 
-from scapy.contrib.roce import BTH, opcode
+from scapy.contrib.roce import AETH, BTH, opcode
 from scapy.fields import IntField, LongField, XIntField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -20,6 +21,7 @@ from scapy.packet import Packet, Raw, bind_layers
 
 ROCE_UDP_PORT = 4791
 RC_SEND_ONLY = opcode("RC", "SEND_ONLY")[0]
+RC_ACKNOWLEDGE = opcode("RC", "ACKNOWLEDGE")[0]
 ECT0 = 0b10
 PAYLOAD_MAGIC = 0x54425031  # "TBP1"
 QPN_BASE = 0x100
@@ -51,6 +53,8 @@ PAYLOAD_STRUCT = struct.Struct("!IIIIQ")
 PAYLOAD_VARIABLE = struct.Struct("!IIQ")  # msg, seq, tx_ns
 PSN_STRUCT = struct.Struct("!I")          # ackreq(1) resv(7) psn(24)
 ICRC_STRUCT = struct.Struct("<I")
+AETH_STRUCT = struct.Struct("!I")         # syndrome(8) msn(24)
+QPN_STRUCT = struct.Struct("!I")          # resv(8) dqpn(24), at BTH_OFF + 4
 assert PAYLOAD_STRUCT.size == PAYLOAD_HEADER_LEN
 
 
@@ -58,26 +62,17 @@ def frame_bytes(payload_bytes: int) -> int:
     return HEADER_BYTES + payload_bytes
 
 
-class DataTemplate:
-    """A prebuilt data packet of one flow and one payload length, patched per packet."""
+class _RoceTemplate:
+    """A prebuilt RoCEv2 packet whose PSN and later bytes change per packet. The ICRC covers a
+    pseudo-header with variant fields masked to ones (IBA annex A17): 8 bytes of LRH, IP with
+    tos/ttl/checksum masked, UDP with checksum masked, BTH with its FECN/BECN/reserved byte
+    masked; everything before the PSN is fixed, so its CRC is computed once."""
 
     __slots__ = ("buf", "crc_base", "length")
 
-    def __init__(self, *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int,
-                 flow: int, payload_bytes: int):
-        if payload_bytes < PAYLOAD_HEADER_LEN:
-            raise ValueError(f"payload must hold the {PAYLOAD_HEADER_LEN}-byte header")
-        pkt = (Ether(src=src_mac, dst=dst_mac)
-               / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ECT0, ttl=64, id=0, flags="DF")
-               / UDP(sport=UDP_SPORT_BASE + flow % 16384, dport=ROCE_UDP_PORT, chksum=0)
-               / BTH(opcode=RC_SEND_ONLY, dqpn=QPN_BASE + flow, psn=0)
-               / PayloadStamp(flow=flow)
-               / Raw(bytes(payload_bytes - PAYLOAD_HEADER_LEN)))
+    def __init__(self, pkt):
         self.buf = bytearray(bytes(pkt))
         self.length = len(self.buf)
-        # The ICRC covers a pseudo-header with variant fields masked to ones (IBA annex A17):
-        # 8 bytes of LRH, IP with tos/ttl/checksum masked, UDP with checksum masked, BTH with
-        # its FECN/BECN/reserved byte masked. Everything before the PSN is fixed per template.
         ip = bytearray(self.buf[IP_OFF:IP_OFF + IP_LEN])
         ip[1], ip[8], ip[10], ip[11] = 0xFF, 0xFF, 0xFF, 0xFF
         udp = bytearray(self.buf[IP_OFF + IP_LEN:BTH_OFF])
@@ -86,13 +81,54 @@ class DataTemplate:
         bth_head[4] = 0xFF
         self.crc_base = zlib.crc32(bytes(b"\xff" * 8) + ip + udp + bth_head)
 
-    def fill(self, psn: int, msg: int, seq: int, tx_ns: int) -> bytearray:
+    def _seal(self) -> bytearray:
         buf = self.buf
-        PSN_STRUCT.pack_into(buf, PSN_OFF, psn & 0xFFFFFF)
-        PAYLOAD_VARIABLE.pack_into(buf, PAYLOAD_OFF + 8, msg, seq, tx_ns)
         ICRC_STRUCT.pack_into(buf, self.length - ICRC_LEN,
                               zlib.crc32(memoryview(buf)[PSN_OFF:self.length - ICRC_LEN], self.crc_base))
         return buf
+
+
+def _headers(src_mac, dst_mac, src_ip, dst_ip, tos, flow):
+    return (Ether(src=src_mac, dst=dst_mac)
+            / IP(src=src_ip, dst=dst_ip, tos=tos, ttl=64, id=0, flags="DF")
+            / UDP(sport=UDP_SPORT_BASE + flow % 16384, dport=ROCE_UDP_PORT, chksum=0))
+
+
+class DataTemplate(_RoceTemplate):
+    """A data packet (RC SEND_ONLY, ECT(0)) of one flow and one payload length."""
+
+    __slots__ = ()
+
+    def __init__(self, *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int,
+                 flow: int, payload_bytes: int):
+        if payload_bytes < PAYLOAD_HEADER_LEN:
+            raise ValueError(f"payload must hold the {PAYLOAD_HEADER_LEN}-byte header")
+        super().__init__(_headers(src_mac, dst_mac, src_ip, dst_ip, (dscp << 2) | ECT0, flow)
+                         / BTH(opcode=RC_SEND_ONLY, dqpn=QPN_BASE + flow, psn=0)
+                         / PayloadStamp(flow=flow)
+                         / Raw(bytes(payload_bytes - PAYLOAD_HEADER_LEN)))
+
+    def fill(self, psn: int, msg: int, seq: int, tx_ns: int) -> bytearray:
+        PSN_STRUCT.pack_into(self.buf, PSN_OFF, psn & 0xFFFFFF)
+        PAYLOAD_VARIABLE.pack_into(self.buf, PAYLOAD_OFF + 8, msg, seq, tx_ns)
+        return self._seal()
+
+
+class AckTemplate(_RoceTemplate):
+    """An RC ACKNOWLEDGE (BTH + AETH) from a flow's receiver back to its sender: the AETH
+    syndrome says ACK or NAK, the PSN what it refers to. Not ECN-capable, like RoCE NICs' ACKs."""
+
+    __slots__ = ()
+
+    def __init__(self, *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int, flow: int):
+        super().__init__(_headers(src_mac, dst_mac, src_ip, dst_ip, dscp << 2, flow)
+                         / BTH(opcode=RC_ACKNOWLEDGE, dqpn=QPN_BASE + flow, psn=0)
+                         / AETH(syndrome=0, msn=0))
+
+    def fill(self, psn: int, syndrome: int, msn: int) -> bytearray:
+        PSN_STRUCT.pack_into(self.buf, PSN_OFF, psn & 0xFFFFFF)
+        AETH_STRUCT.pack_into(self.buf, PAYLOAD_OFF, (syndrome << 24) | (msn & 0xFFFFFF))
+        return self._seal()
 
 
 # Classic BPF for the receive sockets: IPv4, UDP, not a fragment, destination port 4791

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-TX = struct.Struct("<IIIqI4x")       # msg, seq, psn, tx_ns, frame_bytes
-RX = struct.Struct("<IIqqIB7x")      # msg, seq, tx_ns, rx_ns, frame_bytes, ecn
+TX = struct.Struct("<IIIqIB3x")      # msg, seq, psn, tx_ns, frame_bytes, flags (1: retransmission)
+RX = struct.Struct("<IIqqIBBB5x")    # msg, seq, tx_ns, rx_ns, frame_bytes, ecn, accepted, dscp
 TX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("psn", "<u4"), ("tx_ns", "<i8"),
-                     ("frame_bytes", "<u4"), ("_pad", "V4")])
+                     ("frame_bytes", "<u4"), ("flags", "u1"), ("_pad", "V3")])
 RX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("tx_ns", "<i8"), ("rx_ns", "<i8"),
-                     ("frame_bytes", "<u4"), ("ecn", "u1"), ("_pad", "V7")])
+                     ("frame_bytes", "<u4"), ("ecn", "u1"), ("accepted", "u1"), ("dscp", "u1"),
+                     ("_pad", "V5")])
 assert TX.size == TX_DTYPE.itemsize and RX.size == RX_DTYPE.itemsize
 
 CHUNK_RECORDS = 8192

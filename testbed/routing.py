@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import itertools
 
+import networkx as nx
+
 from topologies.model import Fabric, Link
 
 RouteTable = dict[str, dict[str, tuple[int, ...]]]
@@ -82,7 +84,6 @@ def dimension_order_routes(fabric: Fabric) -> RouteTable:
 def minimal_routes(fabric: Fabric, down_links: frozenset[Link] = frozenset(), all_paths: bool = True) -> RouteTable:
     """Minimal-hop routes over the links that are up: every next hop on a minimal path (ECMP),
     or only the lowest-numbered port (a deterministic single path)."""
-    import networkx as nx
     g = fabric.switch_graph()
     for link in down_links:
         if g.has_edge(link.a, link.b, key=(link.a, link.a_port)):
@@ -101,31 +102,25 @@ def minimal_routes(fabric: Fabric, down_links: frozenset[Link] = frozenset(), al
 
 
 def _repair(fabric: Fabric, table: RouteTable, fallback: RouteTable, down_links: frozenset[Link]) -> None:
-    """Replace, per destination, the entries whose path crosses a down link."""
+    """Replace, per destination, every entry when some switch's (single) path to it crosses a
+    down link; destinations whose paths all avoid the failure keep their routes."""
     for h in fabric.hosts:
-        for s in fabric.switches:
-            try:
-                paths = trace_paths(fabric, table, s.name, h.name)
-                broken = any(link in down_links for p in paths for link in _links_of(fabric, table, p, h.name))
-            except ValueError:
-                broken = True
-            if broken:
-                for sw in fabric.switches:
-                    if h.name in fallback[sw.name]:
-                        table[sw.name][h.name] = fallback[sw.name][h.name]
-                    else:
-                        table[sw.name].pop(h.name, None)
-                break
+        broken: dict[str, bool] = {}
 
+        def crosses(switch: str) -> bool:
+            if switch not in broken:
+                broken[switch] = True  # provisional: a loop counts as broken
+                (port,) = table[switch][h.name]
+                peer, _, link = fabric.ports[switch][port]
+                broken[switch] = link in down_links or (peer != h.name and crosses(peer))
+            return broken[switch]
 
-def _links_of(fabric: Fabric, table: RouteTable, path: list[str], dst_host: str) -> list[Link]:
-    out = []
-    for a, b in zip(path, path[1:]):
-        for port in table[a][dst_host]:
-            peer, _, link = fabric.ports[a][port]
-            if peer == b:
-                out.append(link)
-    return out
+        if any(crosses(s.name) for s in fabric.switches):
+            for sw in fabric.switches:
+                if h.name in fallback[sw.name]:
+                    table[sw.name][h.name] = fallback[sw.name][h.name]
+                else:
+                    table[sw.name].pop(h.name, None)
 
 
 def trace_paths(fabric: Fabric, table: RouteTable, src_switch: str, dst_host: str) -> list[list[str]]:
@@ -188,7 +183,6 @@ def next_vc(fabric: Fabric, switch: str, in_port: int | None, out_port: int, vc:
 def channel_dependencies(fabric: Fabric, table: RouteTable, dateline: bool):
     """The channel dependency graph (Dally and Seitz) of a route table: nodes are
     (switch, out port, vc) channels, an edge means a packet holding the first waits for the second."""
-    import networkx as nx
     cdg = nx.DiGraph()
     for h in fabric.hosts:
         for src in fabric.hosts:

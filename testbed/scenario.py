@@ -1,7 +1,7 @@
 """Scenario files: schema, validation and `--set` overrides.
 
-A scenario is a TOML file in scenarios/ with four tables: [fabric], [controller],
-[workload], [run], and an optional array of [[faults]]. Every field, its unit (in its name),
+A scenario is a TOML file in scenarios/ with tables [fabric], [controller], [workload],
+[transport] and [run] (each optional: defaults apply), and an optional array of [[faults]]. Every field, its unit (in its name),
 default and range is declared once, below; anything else in a file is an error naming the
 file and the field.
 """
@@ -73,6 +73,18 @@ class WorkloadSpec:
 
 
 @dataclass(frozen=True)
+class TransportSpec:
+    reliability: str = spec("go_back_n", "per queue pair: go_back_n (RoCE RC: ACK/NAK, go-back-N, "
+                            "timeout) or none (a lost packet stalls its message)", "str",
+                            choices=("go_back_n", "none"))
+    rto_ms: float = spec(200.0, "retransmission timeout, ms: keep it above the worst queueing delay "
+                         "(hops x queue_limit_bytes x 8 / bw)", "float", 0.1, 10000.0)
+    ack_every_packets: int = spec(16, "coalescing: one ACK per this many packets (and per message end)",
+                                  "int", 1, 4096)
+    ack_dscp: int = spec(48, "DSCP of ACK and NAK packets", "int", 0, 63)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     seed: int = spec(1, "random seed", "int", 0, 2**31 - 1)
     time_limit_s: float = spec(120.0, "traffic phase time limit, s", "float", 1.0, 3600.0)
@@ -96,6 +108,7 @@ class Scenario:
     fabric: FabricSpec
     controller: ControllerSpec
     workload: WorkloadSpec
+    transport: TransportSpec
     run: RunSpec
     faults: tuple[FaultSpec, ...] = ()
 
@@ -105,7 +118,8 @@ class Scenario:
         return d
 
 
-SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec, "run": RunSpec}
+SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
+            "transport": TransportSpec, "run": RunSpec}
 TOP_LEVEL = {"description", "scenario_version", "faults", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}

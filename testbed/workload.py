@@ -1,6 +1,8 @@
 """From a scenario's [workload] to the engine's plan: ranks placed on hosts, flows, messages."""
 from __future__ import annotations
 
+import dataclasses
+
 from testbed.collectives import Message, ring_allreduce, shift_permutation
 from testbed.scenario import Scenario
 from topologies.model import Fabric
@@ -43,6 +45,7 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
         "payload_bytes": sc.workload.payload_bytes,
         "dscp": sc.workload.dscp,
         "time_limit_s": sc.run.time_limit_s,
+        "transport": dataclasses.asdict(sc.transport),
         "stall_timeout_s": sc.run.stall_timeout_s,
         "hosts": [{"name": h.name, "pid": host_pids[h.name], "ifname": h.intf, "mac": h.mac, "ip": h.ip,
                    "bw_bps": sc.fabric.bw_mbps * 1e6} for h in fabric.hosts if h.name in used],
