@@ -50,7 +50,7 @@ def rules_for(fabric: Fabric, table: RouteTable, switch: str, host: str,
     (port,) = ports
     out_dim = fabric.ports[switch][port][2].dim
     same_dim_in = [p for p, (_, _, link) in fabric.ports[switch].items()
-                   if out_dim is not None and link.dim == out_dim]
+                   if out_dim is not None and link.dim == out_dim and p != port]
     for c0, c1 in vc_dscp.items():
         channel = (c0, c1)
         for vc in (0, 1):

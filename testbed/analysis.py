@@ -130,6 +130,10 @@ def analyze(run_dir: Path) -> dict:
     lat_us = pkts["latency_ns"].astype("float64") / 1e3
     queues = _read_json(raw / "queues_end.json") if (raw / "queues_end.json").exists() else []
     qdisc_drops = int(sum(q["drops"] for q in queues))
+    ovs_ports = _read_json(raw / "ovs_ports_end.json") if (raw / "ovs_ports_end.json").exists() else {}
+    # Packets Open vSwitch took in on the fabric's ports but never sent out: pipeline drops and
+    # sends the kernel refused (OVS drops those silently). Includes any non-RoCE packet it dropped.
+    ovs_dropped = max(0, sum(p.get("rx_packets", 0) - p.get("tx_packets", 0) for p in ovs_ports.values()))
     socket_drops = int(sum(h["socket_drops"] for h in engine["hosts"]))
     duration_s = (engine["end_ns"] - engine["start_ns"]) / 1e9
     payload_delivered = int(msgs.loc[msgs["complete"], "bytes"].sum())
@@ -186,6 +190,8 @@ def analyze(run_dir: Path) -> dict:
                     "timeouts": int(sum(f["timeouts"] for f in engine["flows"])),
                     "acks": int(sum(h["acks_tx"] for h in engine["hosts"])),
                     "qdisc_drops": qdisc_drops, "receiver_socket_drops": socket_drops,
+                    "dropped_inside_ovs": ovs_dropped,
+                    "ovs_drop_counters": manifest.get("ovs_drops_during_traffic", {}),
                     "stray": int(sum(h["stray"] for h in engine["hosts"])),
                     "ecn_ce_marked": int((pkts["ecn"] == 3).sum())},
         "fidelity": {

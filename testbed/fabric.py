@@ -88,6 +88,24 @@ class EmulatedFabric:
                 stats[name] = {k: v for k, v in pairs}
         return stats
 
+    def flow_stats(self) -> dict[str, list[dict]]:
+        """Every switch's flow entries with their packet counters: {switch: [{rule, n_packets}]}."""
+        out = {}
+        for s in self.fabric.switches:
+            text = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-flows", s.name],
+                                  capture_output=True, text=True, check=True).stdout
+            rules = []
+            for line in text.splitlines():
+                fields = line.strip().split(", ")
+                if not line.startswith(" ") or not fields:
+                    continue  # the reply header
+                stats = dict(f.split("=", 1) for f in fields[:-1] if "=" in f)
+                keep = [f for f in fields if not f.startswith(("duration=", "n_packets=", "n_bytes=", "idle_age=",
+                                                               "hard_age=", "table=0"))]
+                rules.append({"rule": ", ".join(keep), "n_packets": int(stats.get("n_packets", 0))})
+            out[s.name] = rules
+        return out
+
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 

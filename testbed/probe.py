@@ -64,12 +64,34 @@ def machine() -> dict:
             "mem_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
 
 
-def socket_buffers_ok() -> bool:
-    """ovs-vswitchd needs large default socket send buffers (PLATFORM.md)."""
-    try:
-        return int(Path("/proc/sys/net/core/wmem_default").read_text()) >= 32 << 20
-    except OSError:
-        return False
+SOCKET_BUFFER_MINIMUMS = {"wmem_default": 32 << 20, "rmem_default": 4 << 20}
+
+
+def socket_buffers_too_small() -> list[str]:
+    """The default socket buffers ovs-vswitchd's packet sockets get, where below what it needs
+    (tools/setup-host.sh explains the numbers)."""
+    bad = []
+    for name, want in SOCKET_BUFFER_MINIMUMS.items():
+        try:
+            have = int(Path(f"/proc/sys/net/core/{name}").read_text())
+        except OSError:
+            have = 0
+        if have < want:
+            bad.append(f"net.core.{name} is {have}, needs {want}")
+    return bad
+
+
+OVS_DROP_COUNTERS = ("drop_action_of_pipeline", "datapath_drop_upcall_error",
+                     "datapath_drop_userspace_action_error", "netdev_send_prepare_drops")
+
+
+def ovs_drop_counters() -> dict[str, int]:
+    """Open vSwitch's drop counters (machine-wide: they include other bridges' drops)."""
+    out = {}
+    for name in OVS_DROP_COUNTERS:
+        r = subprocess.run(["ovs-appctl", "coverage/read-counter", name], capture_output=True, text=True)
+        out[name] = int(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip().isdigit() else 0
+    return out
 
 
 def ovs_vswitchd_pid() -> int | None:

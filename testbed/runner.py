@@ -59,9 +59,10 @@ def _run(sc: Scenario, log, results_dir: Path | None) -> Path:
         run_dir = base / sc.name / stamp
         raw = run_dir / "raw"
         raw.mkdir(parents=True)
-        if not probe.socket_buffers_ok():
-            raise RunFailed("net.core.wmem_default is below 32 MiB: ovs-vswitchd would drop packets "
-                            "fabric-wide (run `make setup`, which raises it)")
+        too_small = probe.socket_buffers_too_small()
+        if too_small:
+            raise RunFailed(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
+                            f"(run `make setup`, which raises them)")
         datapath = probe.choose_datapath()
         record = RunRecord(run_id)
         manifest = {
@@ -128,6 +129,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log)
                 (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
                 (raw / "ovs_ports_end.json").write_text(json.dumps(net.ovs_port_stats()))
+                (raw / "flows_end.json").write_text(json.dumps(net.flow_stats()))
         finally:
             timings.update(net.timings)
     timings["total"] = time.monotonic() - t0
@@ -177,6 +179,7 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
         # Measure CPU over the traffic phase only, not the engine's imports and socket setup.
         wait_until(lambda: (raw / "engine_ready").exists() or engine.proc.poll() is not None, 60,
                    "the traffic engine to open its sockets")
+        drops0 = probe.ovs_drop_counters()
         cpu.begin()
         faults = FaultInjector(sc, fabric, net, raw / "faults.jsonl", log)
         faults.start()
@@ -196,6 +199,8 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
         finally:
             faults.close()
         manifest["cpu"] = cpu.end()
+        drops1 = probe.ovs_drop_counters()
+        manifest["ovs_drops_during_traffic"] = {k: drops1[k] - drops0[k] for k in drops0}
     if engine.proc.returncode not in (0, 3):
         raise RunFailed(f"the traffic engine failed (exit {engine.proc.returncode}); log:\n{engine.log_tail()}")
     stats = json.loads((raw / "engine.json").read_text())

@@ -16,13 +16,20 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# ovs-vswitchd sends every packet through one AF_PACKET socket whose buffer is sized from
-# wmem_default when that socket is created; too small and it drops fabric-wide (PLATFORM.md).
-want=33554432
-for key in net.core.wmem_default net.core.wmem_max; do
+# ovs-vswitchd (userspace datapath) sends every packet through one AF_PACKET socket whose
+# buffer is sized from wmem_default when that socket is created; too small and it drops
+# fabric-wide (PLATFORM.md). It reads each port through a socket sized from rmem_default when
+# the port is added: at the stock 208 KB a busy vswitchd loses bursts silently (measured: 14 of
+# 2048 packets on a k=4 fat-tree permutation; none at 4 MiB).
+raise() {
+  local key=$1 want=$2 cur
   cur=$(sysctl -n "$key")
   if [ "$cur" -lt "$want" ]; then sysctl -q -w "$key=$want"; fi
-done
+}
+raise net.core.wmem_default 33554432
+raise net.core.wmem_max 33554432
+raise net.core.rmem_default 4194304
+raise net.core.rmem_max 4194304
 
 if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
   echo "setup: starting Open vSwitch"
