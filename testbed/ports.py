@@ -113,11 +113,16 @@ class PortManager:
 
     def queue_stats(self) -> list[dict]:
         """Leaf bfifo counters of every port: bytes/packets sent, drops, overlimits, backlog."""
+        # One dump per namespace (a per-interface query dumps the whole namespace anyway).
+        leaves: dict[tuple[int, int], object] = {}
+        for ipr in {id(p.ipr): p.ipr for p in self.ports}.values():
+            for q in ipr.get_qdiscs():
+                if q["handle"] == LEAF_HANDLE:
+                    leaves[(id(ipr), q["index"])] = q
         out = []
         for p in self.ports:
-            for q in p.ipr.get_qdiscs(index=p.index):
-                if q["handle"] != LEAF_HANDLE:
-                    continue
+            q = leaves.get((id(p.ipr), p.index))
+            if q is not None:
                 basic = q.get_nested("TCA_STATS2", "TCA_STATS_BASIC") or {}
                 queue = q.get_nested("TCA_STATS2", "TCA_STATS_QUEUE") or {}
                 out.append({"node": p.node, "port": p.ifname,
