@@ -134,6 +134,8 @@ def analyze(run_dir: Path) -> dict:
     # Packets Open vSwitch took in on the fabric's ports but never sent out: pipeline drops and
     # sends the kernel refused (OVS drops those silently). Includes any non-RoCE packet it dropped.
     ovs_dropped = max(0, sum(p.get("rx_packets", 0) - p.get("tx_packets", 0) for p in ovs_ports.values()))
+    ovs_socket_drops = sum(_read_json(raw / "ovs_socket_drops_end.json").values()) \
+        if (raw / "ovs_socket_drops_end.json").exists() else 0
     socket_drops = int(sum(h["socket_drops"] for h in engine["hosts"]))
     duration_s = (engine["end_ns"] - engine["start_ns"]) / 1e9
     payload_delivered = int(msgs.loc[msgs["complete"], "bytes"].sum())
@@ -148,9 +150,18 @@ def analyze(run_dir: Path) -> dict:
         problems.append(f"traffic did not complete: {engine['reason']} "
                         f"({engine['messages_completed']}/{engine['messages']} messages)")
     reliable = engine["transport"]["reliability"] != "none"
+    counted_drops = qdisc_drops + ovs_dropped + ovs_socket_drops + socket_drops
+    lost = sent - received
     if sent != received and not reliable:
-        problems.append(f"{sent - received} of {sent} packets lost "
+        problems.append(f"{lost} of {sent} packets lost "
                         f"(qdisc drops {qdisc_drops}, receiver socket drops {socket_drops})")
+    # Every lost packet must have been dropped somewhere that counts drops (ACK drops count too,
+    # so this can only under-report). At a time limit, packets still in flight are not drops.
+    unexplained = lost - counted_drops
+    if unexplained > 0 and engine["reason"] in ("complete", "stalled"):
+        problems.append(f"{unexplained} lost packets are not accounted for: {lost} data packets lost, drops "
+                        f"counted {counted_drops} (port queues {qdisc_drops}, inside Open vSwitch {ovs_dropped}, "
+                        f"Open vSwitch receive sockets {ovs_socket_drops}, receiver sockets {socket_drops})")
     fidelity_notes = []
     if pacing_late > MAX_PACING_LATE_FRACTION:
         fidelity_notes.append(f"the engine fell behind its pacing for {pacing_late:.1%} of the time")
@@ -191,6 +202,8 @@ def analyze(run_dir: Path) -> dict:
                     "acks": int(sum(h["acks_tx"] for h in engine["hosts"])),
                     "qdisc_drops": qdisc_drops, "receiver_socket_drops": socket_drops,
                     "dropped_inside_ovs": ovs_dropped,
+                    "ovs_rx_socket_drops": ovs_socket_drops,
+                    "unaccounted": max(0, unexplained),
                     "ovs_drop_counters": manifest.get("ovs_drops_during_traffic", {}),
                     "stray": int(sum(h["stray"] for h in engine["hosts"])),
                     "ecn_ce_marked": int((pkts["ecn"] == 3).sum())},

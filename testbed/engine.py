@@ -42,6 +42,7 @@ RCVBUF_BYTES = 32 << 20
 CATCHUP_LIMIT_NS = 2_000_000
 IDLE_POLL_S = 0.05
 RTO_CHECK_NS = 1_000_000
+HEARTBEAT_NS = 200_000_000
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
 TX_RETRANSMIT = 1
 
@@ -295,6 +296,9 @@ class Engine:
                 self.release(m, start)
         self.last_progress = start
         next_rto_check = start + RTO_CHECK_NS
+        heartbeat = self.out / "raw" / "engine_heartbeat"
+        heartbeat.touch()
+        next_heartbeat = start + HEARTBEAT_NS
         reason = "complete"
         hosts = self.hosts
         while self.completed < nmsgs:
@@ -302,7 +306,13 @@ class Engine:
             for i in list(self.active):
                 h = hosts[i]
                 if h.next_tx <= now:
-                    self.send_due(h, now)
+                    try:
+                        self.send_due(h, now)
+                    except OSError as e:
+                        raise RuntimeError(f"host {h.name}: sending failed: {e}") from e
+            if now >= next_heartbeat:  # the runner's proof that this loop is alive
+                os.utime(heartbeat)
+                next_heartbeat = now + HEARTBEAT_NS
             if self.reliable and now >= next_rto_check:
                 self.check_timeouts(now)
                 next_rto_check = now + RTO_CHECK_NS
@@ -311,7 +321,11 @@ class Engine:
                 wake = min(wake, next_rto_check)
             timeout = max(0.0, (wake - time.monotonic_ns()) / 1e9)
             for fd, _ in ep.poll(timeout):
-                self.receive(by_fd[fd], buf)
+                h = by_fd[fd]
+                try:
+                    self.receive(h, buf)
+                except OSError as e:
+                    raise RuntimeError(f"host {h.name}: receiving failed: {e}") from e
             if self.stop_requested:
                 reason = "terminated"
                 break

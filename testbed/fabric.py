@@ -106,6 +106,21 @@ class EmulatedFabric:
             out[s.name] = rules
         return out
 
+    def ovs_socket_drops(self) -> dict[str, int]:
+        """Packets the kernel dropped at ovs-vswitchd's per-port receive sockets (full buffer), by
+        port, as `ss` reads them over sock_diag: Open vSwitch itself never sees these."""
+        mine = {ifname for node, ifname in self.fabric.interfaces() if node in self.fabric.switch_by_name}
+        out = subprocess.run(["ss", "-0", "-m", "-p", "-n", "-H"], capture_output=True, text=True).stdout
+        drops = {}
+        for line in out.splitlines():
+            if "ovs-vswitchd" not in line or "skmem:(" not in line:
+                continue
+            ifname = next((tok.split(":", 1)[1] for tok in line.split()[:6] if tok.split(":", 1)[-1] in mine), None)
+            if ifname:
+                mem = line.split("skmem:(", 1)[1].split(")", 1)[0].split(",")
+                drops[ifname] = next((int(m[1:]) for m in mem if m.startswith("d") and m[1:].isdigit()), 0)
+        return drops
+
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 

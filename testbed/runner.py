@@ -29,6 +29,7 @@ from testbed.workload import build_messages, engine_plan
 RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", probe.PROJECT_ROOT / "results"))
 MANIFEST_VERSION = 1
 ENGINE_GRACE_S = 30.0
+ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
 
 
 class Terminated(Exception):
@@ -129,6 +130,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log)
                 (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
                 (raw / "ovs_ports_end.json").write_text(json.dumps(net.ovs_port_stats()))
+                (raw / "ovs_socket_drops_end.json").write_text(json.dumps(net.ovs_socket_drops()))
                 (raw / "flows_end.json").write_text(json.dumps(net.flow_stats()))
         finally:
             timings.update(net.timings)
@@ -140,9 +142,10 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
 class FaultInjector:
     """Applies the scenario's fault schedule during the traffic phase and logs each fault."""
 
-    def __init__(self, sc, fabric, net, path: Path, log):
+    def __init__(self, sc, fabric, net, ctl, path: Path, log):
         self.pending = sorted(sc.faults, key=lambda f: f.at_s)
-        self.fabric, self.net, self.log = fabric, net, log
+        self.fabric, self.net, self.ctl, self.log = fabric, net, ctl, log
+        self.controller_killed_ns = 0
         self._f = open(path, "a", buffering=1)
         self.start_ns = 0
 
@@ -157,13 +160,27 @@ class FaultInjector:
     def apply_due(self) -> None:
         while self.pending and self.due_in_s() <= 0:
             fault = self.pending.pop(0)
-            link = self.fabric.link_by_name(fault.link)
-            ifname = self.fabric.intf_name(link.a, link.a_port)
             t = time.monotonic_ns()
-            self.net.ports.set_link_state(ifname, up=(fault.action == "link_up"))
-            self._f.write(json.dumps({"t_ns": t, "at_s": (t - self.start_ns) / 1e9, "action": fault.action,
-                                      "link": link.name, "ifname": ifname}) + "\n")
-            self.log(f"fault: {fault.action} {link.name} at {(t - self.start_ns) / 1e9:.3f} s")
+            record = {"t_ns": t, "at_s": (t - self.start_ns) / 1e9, "action": fault.action}
+            if fault.action == "controller_kill":
+                self.ctl.proc.kill()
+                self.controller_killed_ns = t
+                target = f"controller (pid {self.ctl.pid})"
+            else:
+                if fault.action.startswith("link_"):
+                    links = [self.fabric.link_by_name(fault.link)]
+                    target = record["link"] = links[0].name
+                else:
+                    links = [l for l in self.fabric.links if fault.switch in (l.a, l.b)]
+                    target = record["switch"] = fault.switch
+                up = fault.action.endswith("_up")
+                for link in links:
+                    # The switch-side end: a host's end lives in its namespace and is not ours to flip.
+                    node, port = (link.a, link.a_port) if link.a in self.fabric.switch_by_name else (link.b, link.b_port)
+                    self.net.ports.set_link_state(self.fabric.intf_name(node, port), up=up)
+                record["links"] = [l.name for l in links]
+            self._f.write(json.dumps(record) + "\n")
+            self.log(f"fault: {fault.action} {target} at {record['at_s']:.3f} s")
 
     def close(self) -> None:
         self._f.close()
@@ -181,15 +198,24 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
                    "the traffic engine to open its sockets")
         drops0 = probe.ovs_drop_counters()
         cpu.begin()
-        faults = FaultInjector(sc, fabric, net, raw / "faults.jsonl", log)
+        faults = FaultInjector(sc, fabric, net, ctl, raw / "faults.jsonl", log)
         faults.start()
         deadline = sc.run.time_limit_s + ENGINE_GRACE_S
 
         def finished():
-            if not ctl.alive():
-                raise RunFailed(f"the controller exited during the run; log:\n{ctl.log_tail()}")
+            if not ctl.alive() and not sc.controller.survive_controller_loss:
+                planned = " (killed by the fault schedule)" if faults.controller_killed_ns else ""
+                raise RunFailed(f"the controller exited during the run{planned}; the run was stopped "
+                                f"(set controller.survive_controller_loss to keep forwarding); log:\n"
+                                f"{ctl.log_tail()}")
             faults.apply_due()
-            return engine.proc.poll() is not None
+            if engine.proc.poll() is not None:
+                return True
+            beat = raw / "engine_heartbeat"
+            if beat.exists() and time.time() - beat.stat().st_mtime > ENGINE_HEARTBEAT_TIMEOUT_S:
+                raise RunFailed(f"the traffic engine stopped responding (no heartbeat for "
+                                f"{ENGINE_HEARTBEAT_TIMEOUT_S:g} s); log:\n{engine.log_tail()}")
+            return False
 
         try:
             wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.005)

@@ -8,6 +8,8 @@ file and the field.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from topologies.leafspine import leafspine
 from topologies.model import Fabric
 from topologies.torus import torus
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIO_DIR = Path(os.environ.get("TESTBED_SCENARIO_DIR", Path(__file__).resolve().parent.parent / "scenarios"))
 SCENARIO_VERSION = 1
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -58,6 +60,8 @@ class ControllerSpec:
     routing: str = spec("dimension_order", "route algorithm (dimension_order: torus only; ecmp: select "
                         "groups hashing the 5-tuple)", "str", choices=("dimension_order", "shortest_path", "ecmp"))
     dateline: bool = spec(False, "torus: dateline virtual channels for the workload's class", "bool")
+    survive_controller_loss: bool = spec(False, "if the controller dies, let the switches keep forwarding on "
+                                         "their installed rules and finish the run (else stop it at once)", "bool")
     vc1_dscp: int = spec(27, "DSCP that carries the workload's class on virtual channel 1", "int", 0, 63)
 
 
@@ -96,8 +100,11 @@ class RunSpec:
 @dataclass(frozen=True)
 class FaultSpec:
     at_s: float = spec(0.0, "when, seconds after traffic starts", "float", 0.0, 3600.0)
-    action: str = spec("link_down", "what happens", "str", choices=("link_down", "link_up"))
-    link: str = spec("", "the link, as <node>-<node> (fabric names, e.g. s0_0-s1_0)", "str")
+    action: str = spec("link_down", "what happens: link_down/link_up (field link), switch_down/switch_up "
+                       "(field switch: all its links), controller_kill (SIGKILL, as a crash)", "str",
+                       choices=("link_down", "link_up", "switch_down", "switch_up", "controller_kill"))
+    link: str = spec("", "link_down/link_up: the link, as <node>-<node> (e.g. s0_0-s1_0)", "str")
+    switch: str = spec("", "switch_down/switch_up: the switch", "str")
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,8 @@ def _check_value(where: str, name: str, raw: Any, meta: dict) -> Any:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             fail(f"expected a number, got {raw!r}")
         value = float(raw)
+        if not math.isfinite(value):
+            fail(f"expected a finite number, got {raw!r}")
     else:  # pragma: no cover - schema bug
         raise AssertionError(kind)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
@@ -222,14 +231,18 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     if n_hosts < 2:
         raise InputError(where, "fabric", "a collective needs at least 2 hosts")
     for i, fault in enumerate(sc.faults):
-        try:
-            link = fabric.link_by_name(fault.link)
-        except KeyError:
-            raise InputError(where, f"faults[{i}].link", f"no link {fault.link!r} in this fabric "
-                             f"(write it as <node>-<node>, e.g. {fabric.links[-1].name})") from None
-        if link.a in fabric.host_by_name or link.b in fabric.host_by_name:
-            raise InputError(where, f"faults[{i}].link", "only switch-to-switch links can fail "
-                             "(a host's only link down would cut it off)")
+        if fault.action.startswith("link_"):
+            try:
+                link = fabric.link_by_name(fault.link)
+            except KeyError:
+                raise InputError(where, f"faults[{i}].link", f"no link {fault.link!r} in this fabric "
+                                 f"(write it as <node>-<node>, e.g. {fabric.links[-1].name})") from None
+            if link.a in fabric.host_by_name or link.b in fabric.host_by_name:
+                raise InputError(where, f"faults[{i}].link", "only switch-to-switch links can fail "
+                                 "(a host's only link down would cut it off)")
+        elif fault.action.startswith("switch_") and fault.switch not in fabric.switch_by_name:
+            raise InputError(where, f"faults[{i}].switch", f"no switch {fault.switch!r} in this fabric "
+                             f"(e.g. {fabric.switches[-1].name})")
     if w.type == "shift" and w.shift % n_hosts == 0:
         raise InputError(where, "workload.shift", f"a multiple of the {n_hosts} ranks sends nothing anywhere")
     if w.bytes_per_rank < n_hosts:
