@@ -204,7 +204,12 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
 
         def finished():
             if not ctl.alive() and not sc.controller.survive_controller_loss:
-                planned = " (killed by the fault schedule)" if faults.controller_killed_ns else ""
+                noticed = time.monotonic_ns()
+                (raw / "controller_lost.json").write_text(json.dumps(
+                    {"noticed_ns": noticed, "killed_ns": faults.controller_killed_ns or None}))
+                planned = (f" (killed by the fault schedule; noticed after "
+                           f"{(noticed - faults.controller_killed_ns) / 1e6:.0f} ms)"
+                           if faults.controller_killed_ns else "")
                 raise RunFailed(f"the controller exited during the run{planned}; the run was stopped "
                                 f"(set controller.survive_controller_loss to keep forwarding); log:\n"
                                 f"{ctl.log_tail()}")

@@ -1,0 +1,166 @@
+"""Reliability and safety on real runs (root): random kills leave nothing behind, controller
+loss is noticed, a failed switch is routed around, and user text never reaches a shell."""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, SMALL, bridges, cli_argv, env_with_results, fabric_interfaces, run_dirs, run_testbed, \
+    summary_of
+
+pytestmark = pytest.mark.root
+
+STATE_RUNS = Path("/run/fabric-testbed/runs")
+
+
+def live_testbed_processes() -> list[str]:
+    """Command lines of live controller, engine or Mininet host processes."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "controllers.launcher" in cmd or "testbed.engine" in cmd or "mininet:" in cmd:
+            found.append(cmd)
+    return found
+
+
+@pytest.fixture
+def foreign_bridge():
+    subprocess.run(["ovs-vsctl", "--may-exist", "add-br", "tbforeign2", "--", "set", "bridge", "tbforeign2",
+                    "datapath_type=netdev"], check=True)
+    yield "tbforeign2"
+    subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "tbforeign2"], check=True)
+
+
+def test_twenty_runs_killed_at_random_moments_leave_nothing(tmp_path, foreign_bridge):
+    rng = random.Random(20261129)
+    before_br, before_if = bridges(), fabric_interfaces()
+    signals = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+    for i in range(20):
+        proc = subprocess.Popen(cli_argv("run", "allreduce-torus", "--set", "fabric.dims=[2, 2]",
+                                         "--set", "workload.bytes_per_rank=64MiB", "--set", "fabric.bw_mbps=20"),
+                                cwd=ROOT, env=env_with_results(tmp_path), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.2, 5.0))  # from start-up through bring-up into traffic
+        sig = signals[i % 3]
+        proc.send_signal(sig)
+        proc.wait(120)
+    # what SIGKILLed runs left is removed by the next run or by `testbed clean`, and only that
+    out = run_testbed(tmp_path, "clean")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert bridges() == before_br and fabric_interfaces() == before_if
+    assert foreign_bridge in bridges()
+    assert not list(STATE_RUNS.glob("*.json")) if STATE_RUNS.exists() else True
+    deadline = time.monotonic() + 10
+    while live_testbed_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)  # children die with their runner (PR_SET_PDEATHSIG): give them a moment
+    assert live_testbed_processes() == []
+
+
+def write_scenario(directory: Path, name: str, text: str) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.toml").write_text(text)
+
+
+SMALL_TORUS = """
+[fabric]
+dims = [2, 2]
+[workload]
+bytes_per_rank = "2MiB"
+iterations = 2
+"""
+
+
+def run_custom(tmp_path, name, text, *args, timeout=300):
+    scen = tmp_path / "scenarios"
+    write_scenario(scen, name, text)
+    env = {**env_with_results(tmp_path / "results"), "TESTBED_SCENARIO_DIR": str(scen)}
+    return subprocess.run(cli_argv("run", name, *args), cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_controller_death_stops_the_run_within_a_second(tmp_path):
+    before = bridges()
+    text = SMALL_TORUS + '\n[[faults]]\nat_s = 0.3\naction = "controller_kill"\n'
+    t0 = time.monotonic()
+    out = run_custom(tmp_path, "ctlkill", text)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "the controller exited during the run" in out.stdout
+    (run_dir,) = run_dirs(tmp_path / "results")
+    faults = [json.loads(l) for l in (run_dir / "raw" / "faults.jsonl").read_text().splitlines()]
+    assert faults and faults[0]["action"] == "controller_kill"
+    lost = json.loads((run_dir / "raw" / "controller_lost.json").read_text())
+    assert 0 <= lost["noticed_ns"] - lost["killed_ns"] < 1_000_000_000
+    assert bridges() == before
+    assert time.monotonic() - t0 < 120
+
+
+def test_switches_keep_forwarding_when_asked_to_survive_controller_loss(tmp_path):
+    text = SMALL_TORUS.replace("[fabric]", "[controller]\nsurvive_controller_loss = true\n[fabric]") + \
+        '\n[[faults]]\nat_s = 0.3\naction = "controller_kill"\n'
+    out = run_custom(tmp_path, "ctlsurvive", text)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run_dir,) = run_dirs(tmp_path / "results")
+    s = summary_of(run_dir)
+    assert s["status"] == "ok" and s["collective"]["iterations_complete"] == 2
+    assert s["faults"][0]["action"] == "controller_kill"
+
+
+def test_a_failed_core_switch_is_routed_around(tmp_path):
+    text = """
+[fabric]
+topology = "fattree"
+k = 4
+[controller]
+routing = "ecmp"
+[workload]
+bytes_per_rank = "2MiB"
+iterations = 2
+
+[[faults]]
+at_s = 0.2
+action = "switch_down"
+switch = "c0_0"
+"""
+    out = run_custom(tmp_path, "coredown", text)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run_dir,) = run_dirs(tmp_path / "results")
+    s = summary_of(run_dir)
+    assert s["status"] == "ok"
+    (fault,) = s["faults"]
+    assert fault["switch"] == "c0_0" and len(fault["links"]) == 4 and fault["reroute_ms"] is not None
+    # after the failure no route points at c0_0 any more
+    flows = json.loads((run_dir / "raw" / "flows_end.json").read_text())
+    assert s["switch_tx_packets"]["c0_0"] < s["switch_tx_packets"]["c1_1"]
+    assert flows
+
+
+@pytest.mark.parametrize("name", ["$(touch /tmp/tb-pwned)", "a;touch /tmp/tb-pwned", "`touch /tmp/tb-pwned`"])
+def test_shell_metacharacters_in_names_are_refused(tmp_path, name):
+    out = run_testbed(tmp_path, "run", name)
+    assert out.returncode == 2
+    assert not Path("/tmp/tb-pwned").exists()
+
+
+def test_shell_metacharacters_in_fields_never_reach_a_shell(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = f"$(touch {marker}); `touch {marker}` | touch {marker} & touch {marker}"
+    text = f'description = "{evil}"\n' + SMALL_TORUS
+    out = run_custom(tmp_path, "evil", text, "--set", "workload.iterations=1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for field in ("controller.routing", "fabric.topology", "workload.type"):
+        out = run_custom(tmp_path, "evil", text, "--set", f"{field}={evil}")
+        assert out.returncode == 2 and "--set" in out.stdout
+    text_bad_link = SMALL_TORUS + f'\n[[faults]]\naction = "link_down"\nlink = "{evil}"\n'
+    out = run_custom(tmp_path, "evil2", text_bad_link)
+    assert out.returncode == 2 and "faults[0].link" in out.stdout
+    assert not marker.exists()
