@@ -79,17 +79,32 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+FAULT_WINDOW_NS = 5_000_000_000
+
+
 def fault_table(raw: Path, pkts: pd.DataFrame) -> list[dict]:
-    """Each fault with the controller's reaction: time from the fault to the last affected route
-    confirmed by a barrier, and the packets sent after it that never arrived."""
+    """Each fault with the controller's reaction (time to the last affected route confirmed by a
+    barrier) and the traffic's: when the first packet in flight was lost, when every flow that
+    lost packets had delivered again, and how many were lost."""
     events = _jsonl(raw / "controller_events.jsonl")
     done = [e for e in events if e["event"] == "reroute_done"]
     out = []
     for f in _jsonl(raw / "faults.jsonl"):
-        after = [e for e in done if e["t_ns"] >= f["t_ns"]]
-        lost_after = pkts[(pkts["tx_ns"] >= f["t_ns"] - 50_000_000) & pkts["rx_ns"].isna()]
-        out.append({**f, "reroute_ms": (after[0]["t_ns"] - f["t_ns"]) / 1e6 if after else None,
-                    "lost_packets_around": int(len(lost_after))})
+        t = f["t_ns"]
+        after = [e for e in done if e["t_ns"] >= t]
+        window = pkts[(pkts["tx_ns"] >= t - 50_000_000) & (pkts["tx_ns"] <= t + FAULT_WINDOW_NS)]
+        lost = window[window["rx_ns"].isna()]
+        recovered_ns = None
+        if len(lost):
+            ends = []
+            for flow, g in lost.groupby("flow"):
+                later = pkts[(pkts["flow"] == flow) & (pkts["tx_ns"] > g["tx_ns"].max()) & (pkts["accepted"] == True)]
+                ends.append(later["rx_ns"].min() if len(later) else None)
+            recovered_ns = None if any(e is None or pd.isna(e) for e in ends) else int(max(ends))
+        out.append({**f, "reroute_ms": (after[0]["t_ns"] - t) / 1e6 if after else None,
+                    "lost_packets_around": int(len(lost)),
+                    "traffic_affected_ms": (int(lost["tx_ns"].min()) - t) / 1e6 if len(lost) else None,
+                    "traffic_recovered_ms": (recovered_ns - t) / 1e6 if recovered_ns else None})
     return out
 
 

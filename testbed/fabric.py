@@ -21,7 +21,7 @@ from pyroute2 import IPRoute
 from testbed.errors import RunFailed
 from testbed.mininet_topo import to_mininet_topo
 from testbed.ports import PortConfig, PortManager
-from testbed.runstate import RunRecord, existing_bridges
+from testbed.runstate import RunRecord, existing_bridges, wait_for_inflight_ovs_commands
 from topologies.model import Fabric
 
 
@@ -142,6 +142,7 @@ class EmulatedFabric:
     def _remove_leftovers(self) -> None:
         """What a half-built net may have left (Mininet only stops what it finished making)."""
         mine = set(self.fabric.switch_by_name)
+        wait_for_inflight_ovs_commands(mine)
         for br in sorted(existing_bridges() & mine):
             subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=False)
         with IPRoute() as ipr:

@@ -104,6 +104,31 @@ def existing_bridges() -> set[str]:
     return set(out.stdout.split())
 
 
+def wait_for_inflight_ovs_commands(bridges: set[str], timeout_s: float = 30.0) -> None:
+    """Let ovs-vsctl commands that name our bridges finish before we look for leftovers: an
+    interrupted Mininet leaves its last command running, and it may create a bridge after we
+    deleted what we saw."""
+    deadline = time.monotonic() + timeout_s
+    while _inflight_ovs_commands(bridges) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _inflight_ovs_commands(bridges: set[str]) -> list[int]:
+    """ovs-vsctl processes that name one of ``bridges``: a SIGKILLed runner's last commands
+    outlive it and may still create a bridge after we looked."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = d.joinpath("cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"ovs-vsctl") and any(a.decode(errors="replace") in bridges for a in argv):
+            pids.append(int(d.name))
+    return pids
+
+
 def clean_stale(log=print) -> list[str]:
     """Remove what runs whose runner is dead left behind. Returns what was removed."""
     removed: list[str] = []
@@ -118,6 +143,7 @@ def clean_stale(log=print) -> list[str]:
         pid = data.get("runner_pid")
         if pid and _alive(pid) and _cmdline(pid) == data.get("runner_cmdline"):
             continue  # still running
+        wait_for_inflight_ovs_commands(set(data.get("bridges", [])))
         for proc in data.get("processes", []):
             p = proc["pid"]
             if _alive(p) and _cmdline(p) == proc["cmdline"]:
