@@ -10,7 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import Busy, InputError, RunFailed
+import signal
+
+from testbed.errors import Busy, InputError, RunFailed, Terminated, raise_terminated
 
 console = Console(stderr=False)
 
@@ -85,6 +87,10 @@ def cmd_clean(_args) -> int:
 
 
 def main(argv=None) -> int:
+    # First thing: Ctrl-C and SIGTERM unwind whatever has started (a shell that starts us in the
+    # background would otherwise have us ignore SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, raise_terminated)
     ap = argparse.ArgumentParser(prog="testbed")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="run a scenario from scenarios/")
@@ -108,6 +114,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         console.print("interrupted; everything the run created was removed")
         return 130
+    except Terminated:
+        console.print("terminated; everything the run created was removed")
+        return Terminated.exit_code
 
 
 if __name__ == "__main__":

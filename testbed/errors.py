@@ -15,6 +15,15 @@ class RunFailed(Exception):
     exit_code = 1
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so that every context manager unwinds."""
+    exit_code = 143
+
+
+def raise_terminated(_signum, _frame):
+    raise Terminated("terminated by SIGTERM")
+
+
 class Busy(Exception):
     """Another run holds the machine."""
     exit_code = 3

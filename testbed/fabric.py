@@ -7,6 +7,7 @@ also when interrupted.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -21,7 +22,7 @@ from pyroute2 import IPRoute
 from testbed.errors import RunFailed
 from testbed.mininet_topo import to_mininet_topo
 from testbed.ports import PortConfig, PortManager
-from testbed.runstate import RunRecord, existing_bridges, wait_for_inflight_ovs_commands
+from testbed.runstate import RunRecord, existing_bridges, wait_for_inflight_commands
 from topologies.model import Fabric
 
 
@@ -33,6 +34,8 @@ class EmulatedFabric:
         self.net: Mininet | None = None
         self.ports = PortManager(ports)
         self.timings: dict[str, float] = {}
+        self._host_pids: list[int] = []
+        self.stop_error: str | None = None
 
     def _root_interfaces(self) -> list[str]:
         return [ifname for node, ifname in self.fabric.interfaces() if node in self.fabric.switch_by_name]
@@ -63,8 +66,9 @@ class EmulatedFabric:
                                autoSetMacs=False, autoStaticArp=False, build=False)
             self.net.addController(RemoteController("c0", ip="127.0.0.1", port=self.controller_port))
             self.net.build()
-            for h in self.net.hosts:
-                self.record.add_process(h.pid)
+            for node in self.net.hosts + self.net.switches:
+                self.record.add_process(node.pid)
+                self._host_pids.append((node.pid, node.name))
             self.net.start()
             self.timings["net_start_s"] = time.monotonic() - t0
             t1 = time.monotonic()
@@ -131,18 +135,38 @@ class EmulatedFabric:
             t0 = time.monotonic()
             self.ports.close()
             if self.net is not None:
-                self.net.stop()
-                self.net = None
+                try:
+                    self.net.stop()
+                except Exception as e:
+                    # An interrupt inside a node's shell command leaves Mininet unable to stop
+                    # (its shells assert they are idle): our own cleanup below does the rest.
+                    self.stop_error = repr(e)
+                finally:
+                    self.net = None
+            self._kill_hosts()
             self._remove_leftovers()
             self.timings["teardown_s"] = time.monotonic() - t0
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return False
 
+    def _kill_hosts(self) -> None:
+        """Host shells Mininet did not stop (their namespaces go with them)."""
+        for pid, name in self._host_pids:
+            try:
+                cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue  # already gone
+            if f"mininet:{name}".encode() in cmdline:  # not a reused PID
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
     def _remove_leftovers(self) -> None:
         """What a half-built net may have left (Mininet only stops what it finished making)."""
         mine = set(self.fabric.switch_by_name)
-        wait_for_inflight_ovs_commands(mine)
+        wait_for_inflight_commands(mine | set(self._root_interfaces()))
         for br in sorted(existing_bridges() & mine):
             subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=False)
         with IPRoute() as ipr:

@@ -18,7 +18,7 @@ from pathlib import Path
 from testbed import probe
 from testbed.controller import Controller
 from testbed.cpu import CpuMeter
-from testbed.errors import RunFailed
+from testbed.errors import RunFailed, raise_terminated
 from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
@@ -32,21 +32,16 @@ ENGINE_GRACE_S = 30.0
 ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
 
 
-class Terminated(Exception):
-    """SIGTERM, turned into an exception so every context manager unwinds."""
-
-
-def _on_sigterm(_signum, _frame):
-    raise Terminated("terminated by SIGTERM")
-
-
 def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
     """Run the scenario; returns its run folder (raw files and manifest.json)."""
-    old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    old_term = signal.signal(signal.SIGTERM, raise_terminated)
+    # Explicitly: a shell starting us in the background would have us ignore SIGINT otherwise.
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _run(sc, log, results_dir)
     finally:
         signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
 
 
 def _run(sc: Scenario, log, results_dir: Path | None) -> Path:

@@ -104,18 +104,19 @@ def existing_bridges() -> set[str]:
     return set(out.stdout.split())
 
 
-def wait_for_inflight_ovs_commands(bridges: set[str], timeout_s: float = 30.0) -> None:
-    """Let ovs-vsctl commands that name our bridges finish before we look for leftovers: an
-    interrupted Mininet leaves its last command running, and it may create a bridge after we
-    deleted what we saw."""
+SETUP_COMMANDS = (b"ovs-vsctl", b"ip", b"tc", b"ethtool")
+
+
+def wait_for_inflight_commands(names: set[str], timeout_s: float = 30.0) -> None:
+    """Let setup commands (ovs-vsctl, ip, tc, ethtool) that name our bridges or interfaces finish
+    before we look for leftovers: an interrupted or killed Mininet leaves its last command
+    running, and it may create a bridge or a veth pair after we deleted what we saw."""
     deadline = time.monotonic() + timeout_s
-    while _inflight_ovs_commands(bridges) and time.monotonic() < deadline:
+    while _inflight_commands(names) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def _inflight_ovs_commands(bridges: set[str]) -> list[int]:
-    """ovs-vsctl processes that name one of ``bridges``: a SIGKILLed runner's last commands
-    outlive it and may still create a bridge after we looked."""
+def _inflight_commands(names: set[str]) -> list[int]:
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -124,7 +125,8 @@ def _inflight_ovs_commands(bridges: set[str]) -> list[int]:
             argv = d.joinpath("cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"ovs-vsctl") and any(a.decode(errors="replace") in bridges for a in argv):
+        if argv and os.path.basename(argv[0]) in SETUP_COMMANDS and \
+                any(a.decode(errors="replace") in names for a in argv):
             pids.append(int(d.name))
     return pids
 
@@ -143,7 +145,7 @@ def clean_stale(log=print) -> list[str]:
         pid = data.get("runner_pid")
         if pid and _alive(pid) and _cmdline(pid) == data.get("runner_cmdline"):
             continue  # still running
-        wait_for_inflight_ovs_commands(set(data.get("bridges", [])))
+        wait_for_inflight_commands(set(data.get("bridges", [])) | set(data.get("interfaces", [])))
         for proc in data.get("processes", []):
             p = proc["pid"]
             if _alive(p) and _cmdline(p) == proc["cmdline"]:
