@@ -10,16 +10,6 @@ from testbed.packets import HEADER_BYTES
 
 pytestmark = pytest.mark.root
 
-FOREIGN = "tbforeign0"
-
-
-@pytest.fixture
-def foreign_bridge():
-    """A bridge the testbed did not create: it must survive every run."""
-    subprocess.run(["ovs-vsctl", "--may-exist", "add-br", FOREIGN, "--", "set", "bridge", FOREIGN,
-                    "datapath_type=netdev"], check=True)
-    yield FOREIGN
-    subprocess.run(["ovs-vsctl", "--if-exists", "del-br", FOREIGN], check=True)
 
 
 @pytest.fixture(scope="module")

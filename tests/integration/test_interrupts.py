@@ -31,12 +31,6 @@ def wait_for_line(proc, text, timeout=120):
     raise AssertionError(f"never saw {text!r}: {''.join(seen)}")
 
 
-@pytest.fixture
-def foreign_bridge():
-    subprocess.run(["ovs-vsctl", "--may-exist", "add-br", "tbforeign1", "--", "set", "bridge", "tbforeign1",
-                    "datapath_type=netdev"], check=True)
-    yield "tbforeign1"
-    subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "tbforeign1"], check=True)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -33,12 +33,6 @@ def live_testbed_processes() -> list[str]:
     return found
 
 
-@pytest.fixture
-def foreign_bridge():
-    subprocess.run(["ovs-vsctl", "--may-exist", "add-br", "tbforeign2", "--", "set", "bridge", "tbforeign2",
-                    "datapath_type=netdev"], check=True)
-    yield "tbforeign2"
-    subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "tbforeign2"], check=True)
 
 
 def test_twenty_runs_killed_at_random_moments_leave_nothing(tmp_path, foreign_bridge):
