@@ -165,7 +165,17 @@ def analyze(run_dir: Path) -> dict:
         problems.append(f"traffic did not complete: {engine['reason']} "
                         f"({engine['messages_completed']}/{engine['messages']} messages)")
     reliable = engine["transport"]["reliability"] != "none"
-    counted_drops = qdisc_drops + ovs_dropped + ovs_socket_drops + socket_drops
+    faults = fault_table(raw, pkts)
+    # Packets in flight on a link when it goes down vanish with the link's queue, which no counter
+    # reports: lost packets sent from just before a link or switch failure until its reroute is
+    # confirmed are attributed to the failure.
+    in_fault = pd.Series(False, index=pkts.index)
+    for f in faults:
+        if f["action"] in ("link_down", "switch_down"):
+            end = f["t_ns"] + int(((f["reroute_ms"] or FAULT_WINDOW_NS / 1e6) + 100) * 1e6)
+            in_fault |= (pkts["tx_ns"] >= f["t_ns"] - 50_000_000) & (pkts["tx_ns"] <= end)
+    lost_to_faults = int((in_fault & pkts["rx_ns"].isna()).sum())
+    counted_drops = qdisc_drops + ovs_dropped + ovs_socket_drops + socket_drops + lost_to_faults
     lost = sent - received
     if sent != received and not reliable:
         problems.append(f"{lost} of {sent} packets lost "
@@ -176,7 +186,8 @@ def analyze(run_dir: Path) -> dict:
     if unexplained > 0 and engine["reason"] in ("complete", "stalled"):
         problems.append(f"{unexplained} lost packets are not accounted for: {lost} data packets lost, drops "
                         f"counted {counted_drops} (port queues {qdisc_drops}, inside Open vSwitch {ovs_dropped}, "
-                        f"Open vSwitch receive sockets {ovs_socket_drops}, receiver sockets {socket_drops})")
+                        f"Open vSwitch receive sockets {ovs_socket_drops}, receiver sockets {socket_drops}, "
+                        f"in flight on failed links {lost_to_faults})")
     fidelity_notes = []
     if pacing_late > MAX_PACING_LATE_FRACTION:
         fidelity_notes.append(f"the engine fell behind its pacing for {pacing_late:.1%} of the time")
@@ -218,6 +229,7 @@ def analyze(run_dir: Path) -> dict:
                     "qdisc_drops": qdisc_drops, "receiver_socket_drops": socket_drops,
                     "dropped_inside_ovs": ovs_dropped,
                     "ovs_rx_socket_drops": ovs_socket_drops,
+                    "lost_on_failed_links": lost_to_faults,
                     "unaccounted": max(0, unexplained),
                     "ovs_drop_counters": manifest.get("ovs_drops_during_traffic", {}),
                     "stray": int(sum(h["stray"] for h in engine["hosts"])),
@@ -232,7 +244,7 @@ def analyze(run_dir: Path) -> dict:
             "cpus": manifest["machine"]["cpus"],
         },
     }
-    summary["faults"] = fault_table(raw, pkts)
+    summary["faults"] = faults
     summary["switch_tx_packets"] = switch_tx_packets(queues, _read_json(raw / "fabric.json"))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
