@@ -51,14 +51,14 @@ def _run(sc: Scenario, log, results_dir: Path | None) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     run_id = f"{sc.name}-{stamp}"
     with RunLock(run_id, f"scenario {sc.name}"):
-        clean_stale(log=log)
-        run_dir = base / sc.name / stamp
-        raw = run_dir / "raw"
-        raw.mkdir(parents=True)
         too_small = probe.socket_buffers_too_small()
         if too_small:
             raise RunFailed(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
                             f"(run `make setup`, which raises them)")
+        clean_stale(log=log)
+        run_dir = base / sc.name / stamp
+        raw = run_dir / "raw"
+        raw.mkdir(parents=True)
         datapath = probe.choose_datapath()
         record = RunRecord(run_id)
         manifest = {
