@@ -58,10 +58,6 @@ QPN_STRUCT = struct.Struct("!I")          # resv(8) dqpn(24), at BTH_OFF + 4
 assert PAYLOAD_STRUCT.size == PAYLOAD_HEADER_LEN
 
 
-def frame_bytes(payload_bytes: int) -> int:
-    return HEADER_BYTES + payload_bytes
-
-
 class _RoceTemplate:
     """A prebuilt RoCEv2 packet whose PSN and later bytes change per packet. The ICRC covers a
     pseudo-header with variant fields masked to ones (IBA annex A17): 8 bytes of LRH, IP with

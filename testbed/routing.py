@@ -14,7 +14,6 @@ channel dependencies remains.
 """
 from __future__ import annotations
 
-import itertools
 
 import networkx as nx
 
@@ -204,6 +203,3 @@ def _walk_channels(fabric, table, switch, in_port, vc, dst, prev_channel, cdg, d
         if peer != dst:
             _walk_channels(fabric, table, peer, peer_port, nvc, dst, channel, cdg, dateline)
 
-
-def pairs(fabric: Fabric):
-    return itertools.permutations([h.name for h in fabric.hosts], 2)

@@ -93,9 +93,6 @@ class Fabric:
                 g.add_edge(link.a, link.b, key=(link.a, link.a_port), link=link)
         return g
 
-    def switch_of_port(self, node: str, port: int) -> tuple[str, int, Link]:
-        return self.ports[node][port]
-
     def link_by_name(self, name: str) -> Link:
         """A link by "<a>-<b>" (either order); several parallel links: the first."""
         for link in self.links:
