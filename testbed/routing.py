@@ -14,7 +14,6 @@ channel dependencies remains.
 """
 from __future__ import annotations
 
-
 import networkx as nx
 
 from topologies.model import Fabric, Link
