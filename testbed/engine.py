@@ -94,20 +94,21 @@ class Engine:
         self.hosts = [Host(i, h) for i, h in enumerate(plan["hosts"])]
         by_name = {h.name: h for h in self.hosts}
         specs = {h["name"]: h for h in plan["hosts"]}
-        self.bw_bps = [specs[h.name]["bw_bps"] for h in self.hosts]
         flows = plan["flows"]
         self.flow_src = [by_name[f["src"]].idx for f in flows]
         self.flow_dst = [by_name[f["dst"]].idx for f in flows]
         self.senders = [SenderFlow() for _ in flows]
         self.receivers = [ReceiverFlow(transport["ack_every_packets"]) for _ in flows]
         self.templates: dict[tuple[int, int], DataTemplate] = {}
+        self.gap_ns: dict[tuple[int, int], int] = {}  # pacing interval of each template at its sender's rate
         self.acks: list[AckTemplate] = []
         for f in flows:
             s, d = specs[f["src"]], specs[f["dst"]]
             for plen in {self.payload} | {self._tail(m[2]) for m in plan["messages"] if m[1] == f["id"]}:
-                self.templates[(f["id"], plen)] = DataTemplate(
-                    src_mac=s["mac"], dst_mac=d["mac"], src_ip=s["ip"], dst_ip=d["ip"],
-                    dscp=plan["dscp"], flow=f["id"], payload_bytes=plen)
+                tmpl = DataTemplate(src_mac=s["mac"], dst_mac=d["mac"], src_ip=s["ip"], dst_ip=d["ip"],
+                                    dscp=plan["dscp"], flow=f["id"], payload_bytes=plen)
+                self.templates[(f["id"], plen)] = tmpl
+                self.gap_ns[(f["id"], plen)] = int(tmpl.length * 8e9 / s["bw_bps"])
             self.acks.append(AckTemplate(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"],
                                          dscp=transport["ack_dscp"], flow=f["id"]))
         msgs = plan["messages"]
@@ -162,7 +163,6 @@ class Engine:
     def send_due(self, h: Host, now: int) -> None:
         q, rq = h.queue, h.resend_flows
         payload = self.payload
-        bw = self.bw_bps[h.idx]
         if h.next_tx < now - CATCHUP_LIMIT_NS:
             h.late_ns += now - CATCHUP_LIMIT_NS - h.next_tx
             h.next_tx = now - CATCHUP_LIMIT_NS
@@ -185,7 +185,8 @@ class Engine:
                 psn = -1
             # Payloads shorter than the testbed header are padded to it on the wire.
             plen = max(min(payload, self.msg_bytes[msg] - seq * payload), PAYLOAD_HEADER_LEN)
-            tmpl = self.templates[(flow, plen)]
+            key = (flow, plen)
+            tmpl = self.templates[key]
             t = time.monotonic_ns()
             if psn < 0:
                 psn = self.senders[flow].sent_new(msg, seq, t)
@@ -201,7 +202,7 @@ class Engine:
             h.sock.send(tmpl.fill(psn, msg, seq, t))
             self.tx_log.add(msg, seq, psn & 0xFFFFFF, t, tmpl.length, flags)
             h.tx_pkts += 1
-            h.next_tx += int(tmpl.length * 8e9 / bw)
+            h.next_tx += self.gap_ns[key]
         if not q and not rq:
             self.active.discard(h.idx)
 

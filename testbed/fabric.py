@@ -85,7 +85,7 @@ class EmulatedFabric:
         out = subprocess.run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,statistics",
                               "list", "Interface"], capture_output=True, text=True, check=True)
         data = json.loads(out.stdout)
-        mine = {ifname for node, ifname in self.fabric.interfaces() if node in self.fabric.switch_by_name}
+        mine = set(self._root_interfaces())
         stats = {}
         for name, (_, pairs) in data["data"]:
             if name in mine:
@@ -113,7 +113,7 @@ class EmulatedFabric:
     def ovs_socket_drops(self) -> dict[str, int]:
         """Packets the kernel dropped at ovs-vswitchd's per-port receive sockets (full buffer), by
         port, as `ss` reads them over sock_diag: Open vSwitch itself never sees these."""
-        mine = {ifname for node, ifname in self.fabric.interfaces() if node in self.fabric.switch_by_name}
+        mine = set(self._root_interfaces())
         out = subprocess.run(["ss", "-0", "-m", "-p", "-n", "-H"], capture_output=True, text=True).stdout
         drops = {}
         for line in out.splitlines():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -18,7 +17,7 @@ from pathlib import Path
 from testbed import probe
 from testbed.controller import Controller
 from testbed.cpu import CpuMeter
-from testbed.errors import RunFailed, raise_terminated
+from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
@@ -33,18 +32,8 @@ ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
 
 
 def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
-    """Run the scenario; returns its run folder (raw files and manifest.json)."""
-    old_term = signal.signal(signal.SIGTERM, raise_terminated)
-    # Explicitly: a shell starting us in the background would have us ignore SIGINT otherwise.
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return _run(sc, log, results_dir)
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
-        signal.signal(signal.SIGINT, old_int)
-
-
-def _run(sc: Scenario, log, results_dir: Path | None) -> Path:
+    """Run the scenario; returns its run folder (raw files and manifest.json). Interrupts unwind
+    it: the CLI turns SIGTERM into testbed.errors.Terminated and keeps SIGINT a KeyboardInterrupt."""
     fabric = build_fabric(sc.fabric)
     ranks, messages = build_messages(sc, fabric)
     base = results_dir or RESULTS_DIR
