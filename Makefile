@@ -6,9 +6,17 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv scenario test test-unit clean-state list
+.PHONY: setup host venv bpf scenario test test-unit clean-state list
 
-setup: host venv
+setup: host venv bpf
+
+# The per-packet port program (ECN marking, buffer accounting): clang's BPF target; the
+# multiarch include dir holds the kernel UAPI headers' asm/ for this machine.
+BPF_OBJ := build/port_qos.bpf.o
+bpf: $(BPF_OBJ)
+$(BPF_OBJ): testbed/bpf/port_qos.bpf.c
+	@mkdir -p build
+	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) -c $< -o $@
 
 host:
 	@bash tools/setup-host.sh

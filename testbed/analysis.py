@@ -16,6 +16,7 @@ import pandas as pd
 from testbed import records
 from testbed.collectives import bound_formula, bound_s
 from testbed.packets import HEADER_BYTES
+from testbed.qos_analysis import qos_summary
 
 SUMMARY_VERSION = 1
 # Fidelity thresholds: the run says it could not keep up when any is crossed.
@@ -118,6 +119,18 @@ def switch_tx_packets(queues: list[dict], fabric: dict) -> dict[str, int]:
     return out
 
 
+def background_flows(msgs: pd.DataFrame, tags: pd.Series, bw_bps: float) -> list[dict]:
+    """Completion of traffic outside the collective (bulk, victim), against its time alone at
+    line rate."""
+    out = []
+    for _, m in msgs[tags != "collective"].iterrows():
+        ideal = m["bytes"] * 8 / bw_bps
+        fct = (m["complete_ns"] - m["release_ns"]) / 1e9 if m["complete"] else None
+        out.append({"msg": int(m["msg"]), "tag": m["tag"], "src": m["src"], "dst": m["dst"], "bytes": int(m["bytes"]),
+                    "fct_s": fct, "ideal_s": ideal, "slowdown": fct / ideal if fct else None})
+    return out
+
+
 def _pct(series: pd.Series, q: float) -> float | None:
     s = series.dropna()
     return float(np.percentile(s.to_numpy(dtype="float64"), q)) if len(s) else None
@@ -135,7 +148,8 @@ def analyze(run_dir: Path) -> dict:
     bw_bps = sc["fabric"]["bw_mbps"] * 1e6
     S = sc["workload"]["bytes_per_rank"]
     workload = sc["workload"]["type"]
-    iters = iteration_table(msgs, workload, n, S, bw_bps)
+    tags = msgs["tag"] if "tag" in msgs else pd.Series("collective", index=msgs.index)
+    iters = iteration_table(msgs[tags == "collective"], workload, n, S, bw_bps)
     pkts.to_parquet(run_dir / "packets.parquet", index=False)
     msgs.to_parquet(run_dir / "messages.parquet", index=False)
     iters.to_parquet(run_dir / "iterations.parquet", index=False)
@@ -175,7 +189,9 @@ def analyze(run_dir: Path) -> dict:
             end = f["t_ns"] + int(((f["reroute_ms"] or FAULT_WINDOW_NS / 1e6) + 100) * 1e6)
             in_fault |= (pkts["tx_ns"] >= f["t_ns"] - 50_000_000) & (pkts["tx_ns"] <= end)
     lost_to_faults = int((in_fault & pkts["rx_ns"].isna()).sum())
-    counted_drops = qdisc_drops + ovs_dropped + ovs_socket_drops + socket_drops + lost_to_faults
+    qos = qos_summary(raw, duration_s)
+    buffer_drops = qos["queues"]["buffer_drops"] if qos else 0
+    counted_drops = qdisc_drops + buffer_drops + ovs_dropped + ovs_socket_drops + socket_drops + lost_to_faults
     lost = sent - received
     if sent != received and not reliable:
         problems.append(f"{lost} of {sent} packets lost "
@@ -185,7 +201,8 @@ def analyze(run_dir: Path) -> dict:
     unexplained = lost - counted_drops
     if unexplained > 0 and engine["reason"] in ("complete", "stalled"):
         problems.append(f"{unexplained} lost packets are not accounted for: {lost} data packets lost, drops "
-                        f"counted {counted_drops} (port queues {qdisc_drops}, inside Open vSwitch {ovs_dropped}, "
+                        f"counted {counted_drops} (port buffers {buffer_drops}, leaf qdiscs {qdisc_drops}, "
+                        f"inside Open vSwitch {ovs_dropped}, "
                         f"Open vSwitch receive sockets {ovs_socket_drops}, receiver sockets {socket_drops}, "
                         f"in flight on failed links {lost_to_faults})")
     fidelity_notes = []
@@ -226,6 +243,7 @@ def analyze(run_dir: Path) -> dict:
                     "naks": int(sum(f["naks"] for f in engine["flows"])),
                     "timeouts": int(sum(f["timeouts"] for f in engine["flows"])),
                     "acks": int(sum(h["acks_tx"] for h in engine["hosts"])),
+                    "port_buffer_drops": buffer_drops,
                     "qdisc_drops": qdisc_drops, "receiver_socket_drops": socket_drops,
                     "dropped_inside_ovs": ovs_dropped,
                     "ovs_rx_socket_drops": ovs_socket_drops,
@@ -245,6 +263,16 @@ def analyze(run_dir: Path) -> dict:
         },
     }
     summary["faults"] = faults
+    summary["qos"] = qos
+    summary["latency_by_dscp_us"] = {
+        str(int(d)): {"packets": int(len(g)), "p50": _pct(g["latency_ns"].astype("float64") / 1e3, 50),
+                      "p99": _pct(g["latency_ns"].astype("float64") / 1e3, 99)}
+        for d, g in pkts[pkts["rx_ns"].notna()].groupby("dscp")}
+    summary["background"] = background_flows(msgs, tags, bw_bps)
+    if qos and qos["pfc"]["deadlock"]:
+        summary["status"] = "deadlock"
+        summary["problems"].append(f"PFC deadlock: a cycle of {len(qos['pfc']['deadlock']['cycle'])} paused queues "
+                                   f"made no progress for {qos['pfc']['deadlock']['stuck_ms']:.0f} ms")
     summary["switch_tx_packets"] = switch_tx_packets(queues, _read_json(raw / "fabric.json"))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

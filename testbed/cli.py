@@ -41,7 +41,27 @@ def print_summary(s: dict, run_dir: Path) -> None:
               f"{_fmt(fid['cores_used'].get('ovs-vswitchd'), '{:.2f}')}")
     t.add_row("fidelity", fid["verdict"] + (f" ({'; '.join(fid['notes'])})" if fid["notes"] else ""))
     t.add_row("datapath", s["mechanisms"]["datapath"])
+    q = s.get("qos")
+    if q:
+        busiest = q["queues"]["busiest"][0] if q["queues"]["busiest"] else None
+        if busiest:
+            t.add_row("deepest queue (bytes)", f"{busiest['max_depth_bytes']} on {busiest['port']} class {busiest['class']}")
+        t.add_row("port buffer drops", str(q["queues"]["buffer_drops"]))
+        t.add_row("ECN marked / ECT packets", f"{q['ecn']['marked']} / {q['ecn']['ect_packets']}")
+        pfc = q["pfc"]
+        react = pfc["reaction_us"]
+        t.add_row("PFC pauses (ports) / reaction p50, p99 (us)",
+                  f"{pfc['pauses']} ({pfc['paused_ports']}) / {_fmt(react['p50'], '{:.0f}')}, "
+                  f"{_fmt(react['p99'], '{:.0f}')}")
+        tel = q["telemetry"]
+        t.add_row("telemetry rate (Hz) / agent cores", f"{tel['achieved_hz']:.0f} / {tel['agent_cores']:.2f}")
+    for b in s.get("background", []):
+        t.add_row(f"{b['tag']} {b['src']}->{b['dst']} FCT (s) / slowdown",
+                  f"{_fmt(b['fct_s'])} / {_fmt(b['slowdown'], '{:.2f}')}")
     console.print(t)
+    if s["status"] == "deadlock":
+        cycle = " -> ".join(f"{m['port']}[{m['class']}]" for m in q["pfc"]["deadlock"]["cycle"])
+        console.print(f"[bold red]DEADLOCK[/]: PFC pauses formed a cycle that stopped all progress: {cycle}")
     if s["problems"]:
         console.print(f"[bold red]FAILED[/]: {'; '.join(s['problems'])}")
     else:

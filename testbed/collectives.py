@@ -18,6 +18,7 @@ class Message:
     bytes: int
     deps: tuple[int, ...]
     chunk: int = -1
+    tag: str = "collective"  # or "bulk", "victim": background traffic, not part of the collective
 
 
 def chunk_sizes(total_bytes: int, n: int) -> list[int]:
@@ -73,6 +74,26 @@ def shift_permutation(ranks: list[str], bytes_per_rank: int, shift: int, iterati
     return msgs
 
 
+def incast(receiver: str, senders: list[str], bytes_per_sender: int, iterations: int = 1) -> list[Message]:
+    """Every sender sends ``bytes_per_sender`` to one receiver at once (N:1, the partition-
+    aggregate pattern that fills a switch's buffer); iterations are separated by a barrier."""
+    if not senders or receiver in senders:
+        raise ValueError("an incast needs senders other than its receiver")
+    msgs: list[Message] = []
+    prev: tuple[int, ...] = ()
+    for it in range(iterations):
+        first = len(msgs)
+        for i, s in enumerate(senders):
+            msgs.append(Message(first + i, it, 0, s, receiver, bytes_per_sender, prev))
+        prev = tuple(range(first, first + len(senders)))
+    return msgs
+
+
+def background(first_id: int, pairs: list[tuple[str, str]], nbytes: int, tag: str) -> list[Message]:
+    """One message per (src, dst) pair, all free to start at once, outside any collective."""
+    return [Message(first_id + i, -1, 0, s, d, nbytes, (), -1, tag) for i, (s, d) in enumerate(pairs)]
+
+
 def ring_allreduce_bound_s(n: int, bytes_per_rank: int, bw_bps: float) -> float:
     """Bandwidth term of the ring AllReduce cost model: 2(N-1)/N x S/B."""
     return 2 * (n - 1) / n * bytes_per_rank * 8 / bw_bps
@@ -84,8 +105,10 @@ def bound_s(workload: str, n: int, bytes_per_rank: int, bw_bps: float) -> float:
         return ring_allreduce_bound_s(n, bytes_per_rank, bw_bps)
     if workload == "shift":
         return bytes_per_rank * 8 / bw_bps
+    if workload == "incast":  # n senders share the receiver's link
+        return n * bytes_per_rank * 8 / bw_bps
     raise ValueError(f"no cost model for {workload}")
 
 
 def bound_formula(workload: str) -> str:
-    return {"ring_allreduce": "2(N-1)/N x S/B", "shift": "S/B"}[workload]
+    return {"ring_allreduce": "2(N-1)/N x S/B", "shift": "S/B", "incast": "N x S/B"}[workload]

@@ -11,6 +11,7 @@ reliability off. Raw per-packet records stream to OUT/raw/tx.bin and rx.bin (tes
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import json
 import os
@@ -43,6 +44,9 @@ CATCHUP_LIMIT_NS = 2_000_000
 IDLE_POLL_S = 0.05
 RTO_CHECK_NS = 1_000_000
 HEARTBEAT_NS = 200_000_000
+# The NIC's queue is full (its class is paused by PFC, or the link is slower than the pacing):
+# try again this much later, as a NIC holds its work queue until the port may send.
+NIC_BACKOFF_NS = 50_000
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
 TX_RETRANSMIT = 1
 
@@ -55,10 +59,10 @@ def _attach_filter(sock: socket.socket) -> None:
 
 
 class Host:
-    __slots__ = ("name", "idx", "sock", "sink", "queue", "resend_flows", "next_tx", "late_ns",
-                 "tx_pkts", "rx_pkts", "acks_tx", "acks_rx", "stray")
+    __slots__ = ("name", "idx", "sock", "sink", "queues", "resend_flows", "next_tx", "late_ns",
+                 "tx_pkts", "rx_pkts", "acks_tx", "acks_rx", "stray", "nic_full", "nic_full_ns")
 
-    def __init__(self, idx: int, spec: dict):
+    def __init__(self, idx: int, spec: dict, n_prio: int):
         self.name, self.idx = spec["name"], idx
         with netns_of(spec["pid"]):
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
@@ -72,11 +76,13 @@ class Host:
             self.sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
             self.sink.bind(("0.0.0.0", ROCE_UDP_PORT))
         self.sock.setblocking(False)
-        self.queue: deque[int] = deque()          # released messages with new packets to send
+        # released messages with new packets to send, one queue per NIC priority (0 first)
+        self.queues: list[deque[int]] = [deque() for _ in range(n_prio)]
         self.resend_flows: deque[int] = deque()   # flows of this host going back (go-back-N)
         self.next_tx = 0
         self.late_ns = 0
         self.tx_pkts = self.rx_pkts = self.acks_tx = self.acks_rx = self.stray = 0
+        self.nic_full = self.nic_full_ns = 0
 
     def socket_drops(self) -> int:
         _packets, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
@@ -91,10 +97,14 @@ class Engine:
         transport = plan["transport"]
         self.reliable = transport["reliability"] == "go_back_n"
         self.rto_ns = int(transport["rto_ms"] * 1e6)
-        self.hosts = [Host(i, h) for i, h in enumerate(plan["hosts"])]
+        flows = plan["flows"]
+        # Under strict priority the NIC serves its classes in order, as a RoCE NIC's ETS does
+        # in strict mode; otherwise one queue, served round robin.
+        self.flow_prio = [f["nic_priority"] for f in flows]
+        n_prio = max(self.flow_prio, default=0) + 1
+        self.hosts = [Host(i, h, n_prio) for i, h in enumerate(plan["hosts"])]
         by_name = {h.name: h for h in self.hosts}
         specs = {h["name"]: h for h in plan["hosts"]}
-        flows = plan["flows"]
         self.flow_src = [by_name[f["src"]].idx for f in flows]
         self.flow_dst = [by_name[f["dst"]].idx for f in flows]
         self.senders = [SenderFlow() for _ in flows]
@@ -106,7 +116,7 @@ class Engine:
             s, d = specs[f["src"]], specs[f["dst"]]
             for plen in {self.payload} | {self._tail(m[2]) for m in plan["messages"] if m[1] == f["id"]}:
                 tmpl = DataTemplate(src_mac=s["mac"], dst_mac=d["mac"], src_ip=s["ip"], dst_ip=d["ip"],
-                                    dscp=plan["dscp"], flow=f["id"], payload_bytes=plen)
+                                    dscp=f["dscp"], flow=f["id"], payload_bytes=plen, ect=f["ect"])
                 self.templates[(f["id"], plen)] = tmpl
                 self.gap_ns[(f["id"], plen)] = int(tmpl.length * 8e9 / s["bw_bps"])
             self.acks.append(AckTemplate(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"],
@@ -147,9 +157,10 @@ class Engine:
                 h.next_tx = now
 
     def release(self, msg: int, now: int) -> None:
-        h = self.hosts[self.flow_src[self.msg_flow[msg]]]
+        flow = self.msg_flow[msg]
+        h = self.hosts[self.flow_src[flow]]
         self.release_ns[msg] = now
-        h.queue.append(msg)
+        h.queues[self.flow_prio[flow]].append(msg)
         self._activate(h, now)
 
     def _go_back(self, flow: int, now: int) -> None:
@@ -161,35 +172,53 @@ class Engine:
     # -- sending ------------------------------------------------------------------------------
 
     def send_due(self, h: Host, now: int) -> None:
-        q, rq = h.queue, h.resend_flows
+        rq = h.resend_flows
         payload = self.payload
         if h.next_tx < now - CATCHUP_LIMIT_NS:
             h.late_ns += now - CATCHUP_LIMIT_NS - h.next_tx
             h.next_tx = now - CATCHUP_LIMIT_NS
-        while h.next_tx <= now and (q or rq):
+        while h.next_tx <= now:
             flags = 0
+            q = None
             if rq:  # retransmissions first, as a NIC's go-back-N does
                 flow = rq[0]
                 resend = self.senders[flow].resend
                 if not resend:  # an ACK covered what was left to resend
                     rq.popleft()
                     continue
-                psn, msg, seq = resend.popleft()
-                if not resend:
-                    rq.popleft()
+                psn, msg, seq = resend[0]
                 flags = TX_RETRANSMIT
             else:
+                for q in h.queues:
+                    if q:
+                        break
+                else:
+                    break
                 msg = q[0]
                 seq = self.msg_sent[msg]
                 flow = self.msg_flow[msg]
-                psn = -1
+                psn = self.senders[flow].next_psn
             # Payloads shorter than the testbed header are padded to it on the wire.
             plen = max(min(payload, self.msg_bytes[msg] - seq * payload), PAYLOAD_HEADER_LEN)
             key = (flow, plen)
             tmpl = self.templates[key]
             t = time.monotonic_ns()
-            if psn < 0:
-                psn = self.senders[flow].sent_new(msg, seq, t)
+            try:
+                h.sock.send(tmpl.fill(psn, msg, seq, t))
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    raise
+                # The NIC queue is full: nothing was sent and no state moved; retry later.
+                h.nic_full += 1
+                h.nic_full_ns += NIC_BACKOFF_NS
+                h.next_tx = now + NIC_BACKOFF_NS
+                return
+            if q is None:
+                resend.popleft()
+                if not resend:
+                    rq.popleft()
+            else:
+                self.senders[flow].sent_new(msg, seq, t)
                 if seq == 0:
                     self.first_tx_ns[msg] = t
                 seq1 = seq + 1
@@ -199,11 +228,10 @@ class Engine:
                     q.popleft()
                 elif len(q) > 1:
                     q.rotate(-1)
-            h.sock.send(tmpl.fill(psn, msg, seq, t))
             self.tx_log.add(msg, seq, psn & 0xFFFFFF, t, tmpl.length, flags)
             h.tx_pkts += 1
             h.next_tx += self.gap_ns[key]
-        if not q and not rq:
+        if not rq and not any(h.queues):
             self.active.discard(h.idx)
 
     # -- receiving ----------------------------------------------------------------------------
@@ -232,8 +260,13 @@ class Engine:
                 psn = PSN_STRUCT.unpack_from(buf, PSN_OFF)[0] & 0xFFFFFF
                 accepted, reply, reply_psn = self.receivers[flow].received(psn, last)
                 if reply is not None:
-                    sock.send(self.acks[flow].fill(reply_psn, reply, self.msg_recv[msg]))
-                    h.acks_tx += 1
+                    try:
+                        sock.send(self.acks[flow].fill(reply_psn, reply, self.msg_recv[msg]))
+                        h.acks_tx += 1
+                    except OSError as e:  # NIC queue full: a later (cumulative) ACK or the RTO covers it
+                        if e.errno != errno.ENOBUFS:
+                            raise
+                        h.nic_full += 1
             else:
                 accepted = True
             self.rx_log.add(msg, seq, tx, rx, n, buf[IP_OFF + 1] & 3, accepted, buf[IP_OFF + 1] >> 2)
@@ -349,6 +382,7 @@ class Engine:
             "hosts": [{"name": h.name, "tx_packets": h.tx_pkts, "rx_packets": h.rx_pkts,
                        "acks_tx": h.acks_tx, "acks_rx": h.acks_rx,
                        "socket_drops": h.socket_drops(), "stray": h.stray,
+                       "nic_full": h.nic_full, "nic_full_ms": h.nic_full_ns / 1e6,
                        "pacing_late_ns": h.late_ns} for h in hosts],
             "flows": [{"retransmitted": s.retransmitted, "naks": s.naks, "timeouts": s.timeouts,
                        "out_of_order": r.out_of_order, "duplicates": r.duplicates}

@@ -91,15 +91,16 @@ def _headers(src_mac, dst_mac, src_ip, dst_ip, tos, flow):
 
 
 class DataTemplate(_RoceTemplate):
-    """A data packet (RC SEND_ONLY, ECT(0)) of one flow and one payload length."""
+    """A data packet (RC SEND_ONLY) of one flow and one payload length: ECT(0), as RoCEv2 NICs
+    send, unless ect is False (Not-ECT)."""
 
     __slots__ = ()
 
     def __init__(self, *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int,
-                 flow: int, payload_bytes: int):
+                 flow: int, payload_bytes: int, ect: bool = True):
         if payload_bytes < PAYLOAD_HEADER_LEN:
             raise ValueError(f"payload must hold the {PAYLOAD_HEADER_LEN}-byte header")
-        super().__init__(_headers(src_mac, dst_mac, src_ip, dst_ip, (dscp << 2) | ECT0, flow)
+        super().__init__(_headers(src_mac, dst_mac, src_ip, dst_ip, (dscp << 2) | (ECT0 if ect else 0), flow)
                          / BTH(opcode=RC_SEND_ONLY, dqpn=QPN_BASE + flow, psn=0)
                          / PayloadStamp(flow=flow)
                          / Raw(bytes(payload_bytes - PAYLOAD_HEADER_LEN)))

@@ -1,13 +1,19 @@
-"""The one owner of link-level kernel state: MTU, offloads and queueing disciplines.
+"""The one owner of link-level kernel state: MTU, offloads, queueing disciplines and the
+port BPF programs.
 
-Every link end (switch port or host NIC) gets the same egress discipline:
+Every link end (switch port or host NIC) gets the same egress tree, one leaf per priority class:
 
-    root htb 1:  default 1:1
-      class 1:1  rate = the link's rate (its own, or bw_mbps), burst = cburst = htb_burst_bytes
-        qdisc 10: bfifo limit queue_limit_bytes      <- the port's buffer, in bytes
+    root htb 1:  default 1:<default class>             <- cls_bpf filter classifies by DSCP
+      class 1:1   rate = the link's rate, burst = cburst = htb_burst_bytes
+        class 1:1c  prio / rate / ceil from the scheduling (strict, weighted or fifo)
+          qdisc 2c: tbf  <- the class's buffer; its rate is what a PFC pause changes
 
-Nobody else creates, changes or deletes qdiscs. Host NICs live in their host's namespace;
-a netlink socket opened there is kept for the run.
+On switch ports the filter is port_enqueue (tail drop at the class buffer, ECN marking, queue
+accounting); on host NICs host_enqueue (classification only). Every link end also runs
+port_dequeue at clsact ingress, which closes the accounting of the queue at the other end.
+Nobody else creates or deletes qdiscs; the switch agent only changes a leaf's TBF rate
+(pause/resume). Host NICs live in their host's namespace; a netlink socket opened there is
+kept for the run.
 """
 from __future__ import annotations
 
@@ -15,19 +21,27 @@ import subprocess
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
-from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
-from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
+from testbed.bpfmaps import MAX_CLASSES, PortQosObject
 from testbed.netns import netns_of
-
-# bfifo takes the same option struct as pfifo (struct tc_fifo_qopt { u32 limit; }), in bytes;
-# pyroute2 0.9 only registers the pfifo name.
-_tc_plugins.setdefault("bfifo", sched_pfifo)
+from testbed.qos import PortLayout
 
 ROOT_HANDLE = 0x10000
 CLASS_HANDLE = 0x10001
-LEAF_HANDLE = 0x100000
+CLSACT_INGRESS = 0xFFFFFFF2
 OFFLOADS = ("tx", "rx", "tso", "gso", "gro")
+# The TBF leaf never shapes by itself: HTB sets the pace, the TBF is there to be paused.
+TBF_RATE_FACTOR = 2.0
+TBF_MAX_RATE_BPS = 32e9
+PAUSED_RATE_BPS = 8000
+
+
+def leaf_minor(cls: int) -> int:
+    return 0x10 + cls
+
+
+def leaf_handle(cls: int) -> int:
+    return (0x20 + cls) << 16
 
 
 @dataclass(frozen=True)
@@ -37,15 +51,20 @@ class PortConfig:
     queue_limit_bytes: int
     htb_burst_bytes: int
     offloads_off: bool
+    layout: PortLayout
 
 
 @dataclass
 class Port:
     node: str
+    port: int          # the switch port number; 0 for a host NIC
     ifname: str
     ipr: IPRoute
     index: int
     bw_mbps: float
+    is_switch: bool
+    ns_pid: int = 0    # the host's namespace (0: the root namespace)
+    slot: int = -1     # switch ports: index into the BPF queue array, in units of MAX_CLASSES
 
 
 class PortManager:
@@ -54,6 +73,7 @@ class PortManager:
     def __init__(self, config: PortConfig):
         self.config = config
         self.ports: list[Port] = []
+        self.bpf: PortQosObject | None = None
         self._root_ipr: IPRoute | None = None
         self._ns_iprs: list[IPRoute] = []
         self._by_ifname: dict[str, Port] = {}
@@ -62,19 +82,28 @@ class PortManager:
         """Open netlink sockets for every interface of the fabric (hosts' inside their namespace)."""
         self._root_ipr = IPRoute()
         host_ipr: dict[str, IPRoute] = {}
+        host_pid: dict[str, int] = {}
         for h in fabric.hosts:
-            with netns_of(net.get(h.name).pid):
+            host_pid[h.name] = net.get(h.name).pid
+            with netns_of(host_pid[h.name]):
                 host_ipr[h.name] = IPRoute()
             self._ns_iprs.append(host_ipr[h.name])
+        slot = 0
         for link in fabric.links:
             for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
                 ifname = fabric.intf_name(node, port)
-                ipr = host_ipr.get(node, self._root_ipr)
+                is_switch = node not in host_ipr
+                ipr = self._root_ipr if is_switch else host_ipr[node]
                 found = ipr.link_lookup(ifname=ifname)
                 if not found:
                     raise RuntimeError(f"interface {ifname} of {node} does not exist")
-                self.ports.append(Port(node, ifname, ipr, found[0], link.bw_mbps or self.config.bw_mbps))
+                p = Port(node, port if is_switch else 0, ifname, ipr, found[0],
+                         link.bw_mbps or self.config.bw_mbps, is_switch, host_pid.get(node, 0))
+                if is_switch:
+                    p.slot, slot = slot, slot + 1
+                self.ports.append(p)
         self._by_ifname = {p.ifname: p for p in self.ports}
+        self.bpf = PortQosObject()
 
     def configure(self, net) -> None:
         c = self.config
@@ -82,12 +111,56 @@ class PortManager:
             p.ipr.link("set", index=p.index, mtu=c.mtu_bytes)
         if c.offloads_off:
             self._offloads_off(net)
+        layout = c.layout
         for p in self.ports:
-            rate = f"{p.bw_mbps * 1e6:.0f}bit"
-            p.ipr.tc("add", "htb", p.index, ROOT_HANDLE, default=CLASS_HANDLE & 0xFFFF)
-            p.ipr.tc("add-class", "htb", p.index, CLASS_HANDLE, parent=ROOT_HANDLE, rate=rate,
+            link_bps = p.bw_mbps * 1e6
+            p.ipr.tc("add", "htb", p.index, ROOT_HANDLE, default=leaf_minor(layout.default_class))
+            p.ipr.tc("add-class", "htb", p.index, CLASS_HANDLE, parent=ROOT_HANDLE, rate=f"{link_bps:.0f}bit",
                      burst=c.htb_burst_bytes, cburst=c.htb_burst_bytes, mtu=c.mtu_bytes + 14)
-            p.ipr.tc("add", "bfifo", p.index, LEAF_HANDLE, parent=CLASS_HANDLE, limit=c.queue_limit_bytes)
+            for cls, hc in enumerate(layout.htb_classes(link_bps)):
+                p.ipr.tc("add-class", "htb", p.index, ROOT_HANDLE | hc.minor, parent=CLASS_HANDLE,
+                         rate=f"{hc.rate_bps:.0f}bit", ceil=f"{hc.ceil_bps:.0f}bit", prio=hc.prio,
+                         quantum=hc.quantum_bytes, burst=c.htb_burst_bytes, cburst=c.htb_burst_bytes,
+                         mtu=c.mtu_bytes + 14)
+                p.ipr.tc("add", "tbf", p.index, leaf_handle(cls), parent=ROOT_HANDLE | hc.minor,
+                         **self.tbf_running(p, cls))
+            prog = "port_enqueue" if p.is_switch else "host_enqueue"
+            # classid 1:0 gives the program's 16-bit class minor its major (testbed/bpf)
+            p.ipr.tc("add-filter", "bpf", p.index, ":1", fd=self.bpf.prog_fd[prog], name=prog,
+                     parent=ROOT_HANDLE, classid=ROOT_HANDLE, direct_action=True)
+            p.ipr.tc("add", "clsact", p.index)
+            p.ipr.tc("add-filter", "bpf", p.index, ":1", fd=self.bpf.prog_fd["port_dequeue"],
+                     name="port_dequeue", parent=CLSACT_INGRESS, direct_action=True)
+            if p.is_switch:
+                self.bpf.set_port_slot(p.index, p.slot)
+
+    def tbf_running(self, p: Port, cls: int) -> dict:
+        """The TBF leaf's parameters when not paused. Its limit is the class buffer plus a margin:
+        on switch ports port_enqueue enforces the class buffer exactly, so the TBF never drops."""
+        c, layout = self.config, self.config.layout
+        limit = layout.buffers_bytes[cls] + (4 * (c.mtu_bytes + 14) if p.is_switch else 0)
+        return {"rate": f"{min(p.bw_mbps * 1e6 * TBF_RATE_FACTOR, TBF_MAX_RATE_BPS):.0f}bit",
+                "burst": max(c.htb_burst_bytes, c.mtu_bytes + 14), "limit": limit}
+
+    def tbf_paused(self, p: Port, cls: int) -> dict:
+        """Paused: a rate of ~nothing. TBF drops a frame larger than its burst, and its bucket is
+        full after a change, so the frame or two the burst holds may still leave, as frames in
+        flight do on a real PFC link. 8 kbit/s, not less: at 1 kbit/s the kernel's rate tables
+        round the burst below a 4 KB frame and the paused leaf drops (measured)."""
+        running = self.tbf_running(p, cls)
+        return {"rate": f"{PAUSED_RATE_BPS}bit", "burst": self.config.mtu_bytes + 14, "limit": running["limit"]}
+
+    def leaves(self) -> list[dict]:
+        """Every (port, class) leaf, as the switch agent needs it to pause and resume it."""
+        out = []
+        for p in self.ports:
+            for cls in range(len(self.config.layout.buffers_bytes)):
+                out.append({"node": p.node, "port": p.port, "ifname": p.ifname, "class": cls,
+                            "ns_pid": p.ns_pid, "ifindex": p.index, "handle": leaf_handle(cls),
+                            "parent": ROOT_HANDLE | leaf_minor(cls), "switch": p.is_switch,
+                            "queue": p.slot * MAX_CLASSES + cls if p.is_switch else -1,
+                            "running": self.tbf_running(p, cls), "paused": self.tbf_paused(p, cls)})
+        return out
 
     def _offloads_off(self, net) -> None:
         """ethtool has no netlink equivalent in pyroute2 for feature flags: run it, all at once."""
@@ -112,26 +185,32 @@ class PortManager:
         p.ipr.link("set", index=p.index, state="up" if up else "down")
 
     def queue_stats(self) -> list[dict]:
-        """Leaf bfifo counters of every port: bytes/packets sent, drops, overlimits, backlog."""
+        """Leaf counters of every port and class: bytes/packets sent, drops, overlimits, backlog."""
         # One dump per namespace (a per-interface query dumps the whole namespace anyway).
-        leaves: dict[tuple[int, int], object] = {}
+        leaves: dict[tuple[int, int, int], object] = {}
+        handles = {leaf_handle(c): c for c in range(len(self.config.layout.buffers_bytes))}
         for ipr in {id(p.ipr): p.ipr for p in self.ports}.values():
             for q in ipr.get_qdiscs():
-                if q["handle"] == LEAF_HANDLE:
-                    leaves[(id(ipr), q["index"])] = q
+                if q["handle"] in handles:
+                    leaves[(id(ipr), q["index"], handles[q["handle"]])] = q
         out = []
         for p in self.ports:
-            q = leaves.get((id(p.ipr), p.index))
-            if q is not None:
+            for cls in handles.values():
+                q = leaves.get((id(p.ipr), p.index, cls))
+                if q is None:
+                    continue
                 basic = q.get_nested("TCA_STATS2", "TCA_STATS_BASIC") or {}
                 queue = q.get_nested("TCA_STATS2", "TCA_STATS_QUEUE") or {}
-                out.append({"node": p.node, "port": p.ifname,
+                out.append({"node": p.node, "port": p.ifname, "class": cls,
                             "sent_bytes": basic.get("bytes", 0), "sent_packets": basic.get("packets", 0),
                             "drops": queue.get("drops", 0), "overlimits": queue.get("overlimits", 0),
                             "backlog_bytes": queue.get("backlog", 0), "qlen": queue.get("qlen", 0)})
         return out
 
     def close(self) -> None:
+        if self.bpf is not None:
+            self.bpf.close()
+            self.bpf = None
         for ipr in self._ns_iprs + ([self._root_ipr] if self._root_ipr else []):
             ipr.close()
         self._ns_iprs, self._root_ipr, self.ports = [], None, []

@@ -25,8 +25,9 @@ class ManagedProcess:
     """A child process with its output in a log file; a context manager that always stops it."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path, env: dict | None = None,
-                 cwd: str | None = None):
+                 cwd: str | None = None, pass_fds: tuple[int, ...] = ()):
         self.name, self.argv, self.log_path, self.env, self.cwd = name, argv, log_path, env, cwd
+        self.pass_fds = pass_fds
         self.proc: subprocess.Popen | None = None
         self.on_start = None  # callback(pid), set by whoever records what the run created
 
@@ -39,7 +40,8 @@ class ManagedProcess:
         try:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
+                                         start_new_session=True, preexec_fn=_die_with_parent,
+                                         pass_fds=self.pass_fds)
         finally:
             log.close()
         if self.on_start:

@@ -52,3 +52,10 @@ def read(path: Path, dtype: np.dtype) -> np.ndarray:
     data = path.read_bytes()
     whole = len(data) - len(data) % dtype.itemsize
     return np.frombuffer(data[:whole], dtype=dtype)
+
+
+# Queue telemetry from the switch agent (raw/telemetry.bin): one row per queue that changed
+# since the previous sample; queue is the row in raw/agent_plan.json's "queues".
+TELEMETRY = np.dtype([("t_ns", "<i8"), ("queue", "<u4"), ("depth_bytes", "<u4"), ("enq_pkts", "<u8"),
+                      ("enq_bytes", "<u8"), ("deq_bytes", "<u8"), ("drop_pkts", "<u8"), ("ect_pkts", "<u8"),
+                      ("mark_pkts", "<u8")])

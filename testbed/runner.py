@@ -14,13 +14,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed import probe
+from testbed import bpfmaps, probe, qos
 from testbed.controller import Controller
 from testbed.cpu import CpuMeter
 from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
+from testbed.routing import compute_routes
 from testbed.runstate import RunLock, RunRecord, clean_stale
 from testbed.scenario import Scenario, build_fabric
 from testbed.workload import build_messages, engine_plan
@@ -44,6 +45,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
         if too_small:
             raise RunFailed(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
                             f"(run `make setup`, which raises them)")
+        bpfmaps.require_object()
         clean_stale(log=log)
         run_dir = base / sc.name / stamp
         raw = run_dir / "raw"
@@ -56,7 +58,16 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
             "versions": probe.versions(), "machine": probe.machine(),
             "mechanisms": {
                 "datapath": "ovs-kernel" if datapath == "kernel" else "ovs-userspace (netdev)",
-                "shaping": "htb class + bfifo leaf per port, set over netlink (pyroute2)",
+                "shaping": "htb per port (link rate) with one class per priority and a tbf leaf per class, "
+                           "set over netlink (pyroute2)",
+                "queues": f"{sc.qos.scheduling} scheduling over {len(sc.classes)} classes "
+                          f"({', '.join(c.name for c in sc.classes)}), classified by DSCP in a cls_bpf program",
+                "ecn": "per packet, RED profile on the exact queue depth, in a cls_bpf program at enqueue "
+                       "(kernel red/prio absent here; one mechanism on every kernel keeps runs comparable)"
+                       if sc.qos.ecn else "off",
+                "pfc": "switch agent: XOFF/XON on the exact queue depth, pause = tbf rate change on the "
+                       "upstream class leaf over netlink" if sc.qos.pfc else "off",
+                "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
                 "offloads": "off on every veth" if datapath == "user" else "unchanged",
                 "traffic": "one engine process, AF_PACKET socket per host opened in its namespace, "
                            "paced per host to the link rate",
@@ -73,7 +84,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
         (raw / "fabric.json").write_text(fabric.to_json())
         (raw / "schedule.json").write_text(json.dumps(
             [{"id": m.id, "iteration": m.iteration, "step": m.step, "src": m.src, "dst": m.dst,
-              "bytes": m.bytes, "chunk": m.chunk} for m in messages]))
+              "bytes": m.bytes, "chunk": m.chunk, "tag": m.tag} for m in messages]))
         try:
             _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log)
         finally:
@@ -96,7 +107,8 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
     ctl.on_start = record.add_process
     ports = PortConfig(bw_mbps=sc.fabric.bw_mbps, mtu_bytes=sc.fabric.mtu_bytes,
                        queue_limit_bytes=sc.fabric.queue_limit_bytes,
-                       htb_burst_bytes=sc.fabric.htb_burst_bytes, offloads_off=(datapath == "user"))
+                       htb_burst_bytes=sc.fabric.htb_burst_bytes, offloads_off=(datapath == "user"),
+                       layout=qos.port_layout(sc))
     with ctl:
         ctl.wait_listening(timeout_s=30)
         log(f"controller listening on 127.0.0.1:{ctl.port} (pid {ctl.pid})")
@@ -111,7 +123,22 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
                 (raw / "plan.json").write_text(json.dumps(plan))
-                _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log)
+                agent_plan = build_agent_plan(sc, fabric, net.ports, str(run_dir))
+                (raw / "agent_plan.json").write_text(json.dumps(agent_plan))
+                agent = ManagedProcess("switch agent", [sys.executable, "-m", "testbed.switch_agent",
+                                                        str(raw / "agent_plan.json")],
+                                       raw / "agent.log", cwd=str(probe.PROJECT_ROOT),
+                                       pass_fds=tuple(agent_plan["map_fds"].values()))
+                agent.on_start = record.add_process
+                with agent:
+                    wait_until(lambda: (raw / "agent_ready").exists() or not agent.alive(), 30,
+                               "the switch agent to apply the port policies")
+                    if not agent.alive():
+                        raise RunFailed(f"the switch agent failed to start; log:\n{agent.log_tail()}")
+                    _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent)
+                if agent.proc.returncode not in (0, None):
+                    raise RunFailed(f"the switch agent failed (exit {agent.proc.returncode}); log:\n"
+                                    f"{agent.log_tail()}")
                 (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
                 (raw / "ovs_ports_end.json").write_text(json.dumps(net.ovs_port_stats()))
                 (raw / "ovs_socket_drops_end.json").write_text(json.dumps(net.ovs_socket_drops()))
@@ -170,11 +197,44 @@ class FaultInjector:
         self._f.close()
 
 
-def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
+def build_agent_plan(sc, fabric, ports, out_dir: str) -> dict:
+    """What the switch agent needs: the switch queues with their profiles, every pausable leaf,
+    and which leaves feed which queue (from the same routes the controller installs)."""
+    leaves = ports.leaves()
+    leaf_id = {(l["node"], l["port"], l["class"]): i for i, l in enumerate(leaves)}
+    rate_bps = {p.ifname: p.bw_mbps * 1e6 for p in ports.ports}
+    feeds = qos.pause_map(fabric, compute_routes(fabric, sc.controller.routing), sc)
+    # measured agent reaction: p50 0.3-0.5 ms, p99 0.6-2.4 ms (poll interval + wake-up + netlink)
+    reaction_s = 1.0 / sc.qos.agent_poll_hz + 0.0015
+    queues, pause_map = [], {}
+    for l in leaves:
+        if not l["switch"]:
+            continue
+        key = (l["node"], l["port"], l["class"])
+        ups = sorted(leaf_id[u] for u in feeds.get(key, ()))
+        prof = qos.queue_profile(sc, sc.classes[l["class"]], [rate_bps[leaves[u]["ifname"]] for u in ups],
+                                 reaction_s)
+        queues.append({"index": l["queue"], "node": l["node"], "port": l["port"], "ifname": l["ifname"],
+                       "class": l["class"], "class_name": sc.classes[l["class"]].name,
+                       "profile": list(prof.as_row()), "xon_bytes": prof.xon_bytes})
+        if ups and prof.pfc_on:
+            pause_map[l["queue"]] = ups
+    return {
+        "out_dir": out_dir,
+        "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name != "port_slot"},
+        "dscp_class": qos.class_of_dscp(sc), "first_minor": 0x10,
+        "classes": [c.name for c in sc.classes],
+        "poll_hz": sc.qos.agent_poll_hz, "telemetry_hz": sc.qos.telemetry_hz,
+        "deadlock_detect_ms": sc.qos.deadlock_detect_ms, "watchdog_ms": sc.qos.pfc_watchdog_ms,
+        "queues": queues, "leaves": leaves, "pause_map": pause_map,
+    }
+
+
+def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> None:
     engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.engine", str(raw / "plan.json")],
                             raw / "engine.log", cwd=str(probe.PROJECT_ROOT))
     engine.on_start = record.add_process
-    cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid})
+    cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid})
     log(f"traffic: {sc.workload.type}, {len(plan['messages'])} messages over {len(plan['flows'])} flows")
     with engine:
         # Measure CPU over the traffic phase only, not the engine's imports and socket setup.
@@ -200,6 +260,12 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
             faults.apply_due()
             if engine.proc.poll() is not None:
                 return True
+            if not agent.alive():
+                raise RunFailed(f"the switch agent exited during the run; log:\n{agent.log_tail()}")
+            if (raw / "deadlock.json").exists():
+                log("PFC deadlock detected: stopping the traffic (see raw/deadlock.json)")
+                engine.stop()
+                return True
             beat = raw / "engine_heartbeat"
             if beat.exists() and time.time() - beat.stat().st_mtime > ENGINE_HEARTBEAT_TIMEOUT_S:
                 raise RunFailed(f"the traffic engine stopped responding (no heartbeat for "
@@ -214,6 +280,7 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log) -> None:
         finally:
             faults.close()
         manifest["cpu"] = cpu.end()
+        agent.stop()
         drops1 = probe.ovs_drop_counters()
         manifest["ovs_drops_during_traffic"] = {k: drops1[k] - drops0[k] for k in drops0}
     if engine.proc.returncode not in (0, 3):

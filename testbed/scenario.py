@@ -1,7 +1,8 @@
 """Scenario files: schema, validation and `--set` overrides.
 
 A scenario is a TOML file in scenarios/ with tables [fabric], [controller], [workload],
-[transport] and [run] (each optional: defaults apply), and an optional array of [[faults]]. Every field, its unit (in its name),
+[transport], [qos] and [run] (each optional: defaults apply), and optional arrays of [[classes]]
+(the ports' priority classes) and [[faults]]. Every field, its unit (in its name),
 default and range is declared once, below; anything else in a file is an error naming the
 file and the field.
 """
@@ -67,9 +68,23 @@ class ControllerSpec:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    type: str = spec("ring_allreduce", "traffic: ring_allreduce, or shift (rank r sends to rank r + shift)",
-                     "str", choices=("ring_allreduce", "shift"))
+    type: str = spec("ring_allreduce", "traffic: ring_allreduce, shift (rank r sends to rank r + shift) or "
+                     "incast (senders hosts send to receiver at once)", "str",
+                     choices=("ring_allreduce", "shift", "incast"))
     shift: int = spec(1, "shift: destination offset in rank order", "int", 1, 4095)
+    receiver: str = spec("", "incast: the receiving host (default: the first host)", "str")
+    senders: int = spec(15, "incast: number of senders (the hosts after the receiver, in fabric order)",
+                        "int", 1, 4095)
+    not_ect_senders: int = spec(0, "incast: this many of the senders (the last ones) send Not-ECT packets",
+                                "int", 0, 4095)
+    ect: bool = spec(True, "data packets are ECN-capable (ECT(0)), as RoCEv2 NICs send them", "bool")
+    bulk_shift: int = spec(0, "background bulk traffic: every host also sends bulk_bytes to the host this "
+                           "far ahead in fabric order (0: none)", "int", 0, 4095)
+    bulk_bytes: int = spec(8 << 20, "bulk: bytes per host", "bytes", 1024, 1 << 30)
+    bulk_dscp: int = spec(0, "bulk: DSCP of its packets", "int", 0, 63)
+    victim: str = spec("", "a victim flow <src host>><dst host> (e.g. h3_4>h2_4) sending victim_bytes at "
+                       "once, in the workload's class", "str")
+    victim_bytes: int = spec(1 << 20, "victim: bytes", "bytes", 1024, 1 << 30)
     bytes_per_rank: int = spec(4 << 20, "AllReduce buffer size per rank, bytes", "bytes", 1024, 1 << 30)
     iterations: int = spec(3, "AllReduce iterations (a barrier separates them)", "int", 1, 1000)
     payload_bytes: int = spec(4096, "RoCE payload per packet (path MTU), bytes", "int", 256, 8900)
@@ -86,6 +101,53 @@ class TransportSpec:
     ack_every_packets: int = spec(16, "coalescing: one ACK per this many packets (and per message end)",
                                   "int", 1, 4096)
     ack_dscp: int = spec(48, "DSCP of ACK and NAK packets", "int", 0, 63)
+
+
+@dataclass(frozen=True)
+class QosSpec:
+    scheduling: str = spec("strict", "how a port (and a host NIC) serves its classes: strict priority in "
+                           "[[classes]] order, weighted (by each class's weight), or fifo (one queue: "
+                           "priority queuing off)", "str", choices=("strict", "weighted", "fifo"))
+    ecn: bool = spec(False, "ECN marking on the classes that have ecn = true", "bool")
+    pfc: bool = spec(False, "PFC-like pause on the classes that have pfc = true", "bool")
+    pfc_watchdog_ms: float = spec(0.0, "PFC watchdog: a port paused this long stops honouring pauses "
+                                  "(its queue drops instead) until the cause clears; 0: off", "float", 0.0, 60000.0)
+    deadlock_detect_ms: float = spec(300.0, "report a PFC deadlock when a cycle of paused, non-empty queues "
+                                     "has made no progress this long", "float", 10.0, 60000.0)
+    telemetry_hz: float = spec(1000.0, "queue telemetry sampling rate, per second", "float", 10.0, 20000.0)
+    agent_poll_hz: float = spec(2000.0, "how often the switch agent checks queues against XOFF/XON, per "
+                                "second (with PFC on)", "float", 100.0, 50000.0)
+
+
+@dataclass(frozen=True)
+class ClassSpec:
+    name: str = spec("", "class name (e.g. control, roce, bulk)", "str")
+    dscp: tuple = spec((), "DSCP values of this class", "int_list", 0, 63, length=(0, 64))
+    default: bool = spec(False, "this class also takes every DSCP no class lists", "bool")
+    weight: int = spec(1, "share of the link under scheduling = weighted", "int", 1, 1000)
+    buffer_bytes: int = spec(0, "this class's buffer on every port, bytes (0: fabric.queue_limit_bytes)",
+                             "bytes", 0, 64 << 20)
+    ecn: bool = spec(False, "mark ECT packets of this class when qos.ecn is on", "bool")
+    ecn_kmin_bytes: int = spec(32768, "RED Kmin: no marks below this queue depth, bytes", "bytes", 0, 64 << 20)
+    ecn_kmax_bytes: int = spec(131072, "RED Kmax: every ECT packet marked at or above it, bytes (= Kmin: "
+                               "step marking)", "bytes", 0, 64 << 20)
+    ecn_pmax: float = spec(0.2, "RED Pmax: marking probability just below Kmax", "float", 0.0, 1.0)
+    pfc: bool = spec(False, "lossless: pause upstream senders of this class when qos.pfc is on", "bool")
+    xoff_bytes: int = spec(0, "pause upstream when this class's queue reaches this depth, bytes "
+                           "(0: buffer - headroom_bytes)", "bytes", 0, 64 << 20)
+    xon_bytes: int = spec(0, "resume upstream when the queue falls below this depth, bytes (0: low enough "
+                          "that every upstream's HTB burst after the resume still fits)", "bytes", 0, 64 << 20)
+    headroom_bytes: int = spec(0, "buffer kept above XOFF for what is in flight while a pause takes "
+                               "effect, bytes (0: per upstream port, its rate times the agent's reaction time "
+                               "plus two frames)", "bytes", 0, 64 << 20)
+
+
+DEFAULT_CLASSES = (
+    ClassSpec(name="control", dscp=(46, 48)),
+    ClassSpec(name="roce", dscp=(26, 27), ecn=True, pfc=True),
+    ClassSpec(name="bulk", default=True),
+)
+MAX_CLASSES = 8
 
 
 @dataclass(frozen=True)
@@ -117,6 +179,8 @@ class Scenario:
     workload: WorkloadSpec
     transport: TransportSpec
     run: RunSpec
+    qos: QosSpec = QosSpec()
+    classes: tuple[ClassSpec, ...] = DEFAULT_CLASSES
     faults: tuple[FaultSpec, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,8 +190,8 @@ class Scenario:
 
 
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
-            "transport": TransportSpec, "run": RunSpec}
-TOP_LEVEL = {"description", "scenario_version", "faults", *SECTIONS}
+            "transport": TransportSpec, "qos": QosSpec, "run": RunSpec}
+TOP_LEVEL = {"description", "scenario_version", "faults", "classes", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
 
@@ -243,11 +307,53 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         elif fault.action.startswith("switch_") and fault.switch not in fabric.switch_by_name:
             raise InputError(where, f"faults[{i}].switch", f"no switch {fault.switch!r} in this fabric "
                              f"(e.g. {fabric.switches[-1].name})")
+    _check_classes(where, sc)
+    hosts = [h.name for h in fabric.hosts]
+    if w.type == "incast":
+        if w.receiver and w.receiver not in hosts:
+            raise InputError(where, "workload.receiver", f"no host {w.receiver!r} in this fabric (e.g. {hosts[0]})")
+        if w.senders > n_hosts - 1:
+            raise InputError(where, "workload.senders", f"at most {n_hosts - 1} hosts can send to one receiver")
+        if w.not_ect_senders > w.senders:
+            raise InputError(where, "workload.not_ect_senders", f"more than the {w.senders} senders")
+    if w.bulk_shift and w.bulk_shift % n_hosts == 0:
+        raise InputError(where, "workload.bulk_shift", f"a multiple of the {n_hosts} hosts sends nothing anywhere")
+    if w.victim:
+        pair = w.victim.split(">")
+        if len(pair) != 2 or any(p not in hosts for p in pair) or pair[0] == pair[1]:
+            raise InputError(where, "workload.victim", f"expected <src host>><dst host> of two hosts, e.g. "
+                             f"{hosts[0]}>{hosts[-1]}; got {w.victim!r}")
     if w.type == "shift" and w.shift % n_hosts == 0:
         raise InputError(where, "workload.shift", f"a multiple of the {n_hosts} ranks sends nothing anywhere")
     if w.bytes_per_rank < n_hosts:
         raise InputError(where, "workload.bytes_per_rank",
                          f"must be at least one byte per rank ({n_hosts}), got {w.bytes_per_rank}")
+
+
+def _check_classes(where: str, sc: Scenario) -> None:
+    classes, f = sc.classes, sc.fabric
+    if not 1 <= len(classes) <= MAX_CLASSES:
+        raise InputError(where, "classes", f"expected 1 to {MAX_CLASSES} classes, got {len(classes)}")
+    seen_names: set[str] = set()
+    owner: dict[int, str] = {}
+    for i, c in enumerate(classes):
+        at = f"classes[{i}]"
+        if not _NAME_RE.match(c.name) or c.name in seen_names:
+            raise InputError(where, f"{at}.name", f"needs a unique name (letters, digits, - and _), got {c.name!r}")
+        seen_names.add(c.name)
+        for d in c.dscp:
+            if d in owner:
+                raise InputError(where, f"{at}.dscp", f"DSCP {d} is already in class {owner[d]}")
+            owner[d] = c.name
+        buffer = c.buffer_bytes or f.queue_limit_bytes
+        if c.ecn and c.ecn_kmin_bytes > c.ecn_kmax_bytes:
+            raise InputError(where, f"{at}.ecn_kmin_bytes", f"must not exceed ecn_kmax_bytes ({c.ecn_kmax_bytes})")
+        if c.pfc and c.xoff_bytes and c.xoff_bytes > buffer:
+            raise InputError(where, f"{at}.xoff_bytes", f"must not exceed the class's buffer ({buffer})")
+        if c.pfc and c.xon_bytes and c.xoff_bytes and c.xon_bytes >= c.xoff_bytes:
+            raise InputError(where, f"{at}.xon_bytes", f"must be below xoff_bytes ({c.xoff_bytes})")
+    if sum(c.default for c in classes) != 1:
+        raise InputError(where, "classes", "exactly one class needs default = true (it takes unlisted DSCPs)")
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -279,6 +385,9 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     faults_doc = doc.get("faults", [])
     if not isinstance(faults_doc, list):
         raise InputError(where, "faults", "expected an array of tables [[faults]]")
+    classes_doc = doc.get("classes")
+    if classes_doc is not None and not isinstance(classes_doc, list):
+        raise InputError(where, "classes", "expected an array of tables [[classes]]")
     for text in overrides:
         key, value = parse_override(text)
         section, fname = key.split(".")
@@ -297,7 +406,9 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
                 raise InputError("--set", e.field, e.message) from None
             raise
     faults = tuple(_build_section(where, f"faults[{i}]", FaultSpec, t) for i, t in enumerate(faults_doc))
-    sc = Scenario(name=name, path=where, description=description, faults=faults, **built)
+    classes = DEFAULT_CLASSES if classes_doc is None else tuple(
+        _build_section(where, f"classes[{i}]", ClassSpec, t) for i, t in enumerate(classes_doc))
+    sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes, **built)
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     return sc
 

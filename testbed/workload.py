@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from testbed.collectives import Message, ring_allreduce, shift_permutation
+from testbed import qos
+from testbed.collectives import Message, background, incast, ring_allreduce, shift_permutation
 from testbed.scenario import Scenario
 from topologies.model import Fabric
 from topologies.torus import snake_order
@@ -16,39 +17,80 @@ def ring_ranks(fabric: Fabric) -> list[str]:
     return [h.name for h in fabric.hosts]  # fabric order: neighbours share a leaf/edge switch
 
 
+def incast_parties(sc: Scenario, fabric: Fabric) -> tuple[str, list[str]]:
+    hosts = [h.name for h in fabric.hosts]
+    receiver = sc.workload.receiver or hosts[0]
+    at = hosts.index(receiver)
+    others = hosts[at + 1:] + hosts[:at]
+    return receiver, others[:sc.workload.senders]
+
+
 def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Message]]:
+    """Ranks (the collective's hosts, in order) and every message: the collective's, then any
+    background bulk and victim traffic."""
     w = sc.workload
     if w.type == "ring_allreduce":
         ranks = ring_ranks(fabric)
-        return ranks, ring_allreduce(ranks, w.bytes_per_rank, w.iterations)
-    if w.type == "shift":
+        msgs = ring_allreduce(ranks, w.bytes_per_rank, w.iterations)
+    elif w.type == "shift":
         ranks = [h.name for h in fabric.hosts]
-        return ranks, shift_permutation(ranks, w.bytes_per_rank, w.shift, w.iterations)
-    raise ValueError(f"unknown workload type {w.type}")
+        msgs = shift_permutation(ranks, w.bytes_per_rank, w.shift, w.iterations)
+    elif w.type == "incast":
+        receiver, senders = incast_parties(sc, fabric)
+        ranks = senders
+        msgs = incast(receiver, senders, w.bytes_per_rank, w.iterations)
+    else:
+        raise ValueError(f"unknown workload type {w.type}")
+    hosts = [h.name for h in fabric.hosts]
+    if w.bulk_shift:
+        pairs = [(h, hosts[(i + w.bulk_shift) % len(hosts)]) for i, h in enumerate(hosts)]
+        msgs += background(len(msgs), pairs, w.bulk_bytes, "bulk")
+    if w.victim:
+        src, dst = w.victim.split(">")
+        msgs += background(len(msgs), [(src, dst)], w.victim_bytes, "victim")
+    return ranks, msgs
 
 
-def flows_of(messages: list[Message]) -> list[tuple[str, str]]:
-    """One flow (queue pair) per ordered host pair that exchanges messages, in first-use order."""
-    seen: dict[tuple[str, str], None] = {}
+def flows_of(messages: list[Message]) -> list[tuple[str, str, str]]:
+    """One flow (queue pair) per (src, dst, tag) that exchanges messages, in first-use order."""
+    seen: dict[tuple[str, str, str], None] = {}
     for m in messages:
-        seen.setdefault((m.src, m.dst), None)
+        seen.setdefault((m.src, m.dst, m.tag), None)
     return list(seen)
+
+
+def flow_marking(sc: Scenario, fabric: Fabric, src: str, tag: str) -> tuple[int, bool]:
+    """(DSCP, ECT) of a flow's data packets."""
+    w = sc.workload
+    if tag == "bulk":
+        return w.bulk_dscp, w.ect
+    ect = w.ect
+    if tag == "collective" and w.type == "incast" and w.not_ect_senders:
+        _, senders = incast_parties(sc, fabric)
+        ect = ect and src not in senders[len(senders) - w.not_ect_senders:]
+    return w.dscp, ect
 
 
 def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids: dict[str, int],
                 out_dir: str) -> dict:
     flows = flows_of(messages)
     flow_id = {f: i for i, f in enumerate(flows)}
-    used = {h for f in flows for h in f}
+    used = {h for f in flows for h in f[:2]}
+    cls = qos.class_of_dscp(sc)
+    strict = sc.qos.scheduling == "strict"
+    flow_specs = []
+    for (s, d, tag), i in flow_id.items():
+        dscp, ect = flow_marking(sc, fabric, s, tag)
+        flow_specs.append({"id": i, "src": s, "dst": d, "tag": tag, "dscp": dscp, "ect": ect,
+                           "class": cls[dscp], "nic_priority": cls[dscp] if strict else 0})
     return {
         "out_dir": out_dir,
         "payload_bytes": sc.workload.payload_bytes,
-        "dscp": sc.workload.dscp,
         "time_limit_s": sc.run.time_limit_s,
         "transport": dataclasses.asdict(sc.transport),
         "stall_timeout_s": sc.run.stall_timeout_s,
         "hosts": [{"name": h.name, "pid": host_pids[h.name], "ifname": h.intf, "mac": h.mac, "ip": h.ip,
                    "bw_bps": sc.fabric.bw_mbps * 1e6} for h in fabric.hosts if h.name in used],
-        "flows": [{"id": i, "src": s, "dst": d} for (s, d), i in flow_id.items()],
-        "messages": [[m.id, flow_id[(m.src, m.dst)], m.bytes, list(m.deps)] for m in messages],
+        "flows": flow_specs,
+        "messages": [[m.id, flow_id[(m.src, m.dst, m.tag)], m.bytes, list(m.deps)] for m in messages],
     }

@@ -3,7 +3,9 @@
 # Idempotent; every step checks first and only acts when something is missing.
 set -euo pipefail
 
-DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump python3-venv python3-pip procps)
+# clang and libbpf-dev build the port BPF program; libbpf1 loads it.
+DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump python3-venv python3-pip procps
+             clang libbpf-dev libbpf1 gcc)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

@@ -1,0 +1,184 @@
+"""Port QoS as data: classes, their HTB parameters, per-queue marking and pause profiles, and the
+pause map (which upstream sender feeds which queue). Pure functions, no kernel state.
+
+A queue is (node, port, class): one HTB leaf per class on every port of every node. Switch
+ports mark ECN and trigger pauses; host NICs only classify and can be paused, like a RoCE NIC.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.routing import RouteTable, next_vc
+from testbed.scenario import ClassSpec, Scenario
+from topologies.model import Fabric
+
+FRAME_OVERHEAD_BYTES = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
+# HTB needs a guaranteed rate per class; under strict priority it is this share of the link.
+STRICT_GUARANTEE = 0.001
+
+
+@dataclass(frozen=True)
+class HtbClass:
+    minor: int
+    prio: int
+    rate_bps: float
+    ceil_bps: float
+    quantum_bytes: int
+
+
+@dataclass(frozen=True)
+class QueueProfile:
+    limit_bytes: int
+    ecn_on: bool
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+    pfc_on: bool
+    xoff_bytes: int
+    xon_bytes: int
+
+    def as_row(self) -> tuple:
+        """The BPF map's struct profile (testbed/bpfmaps.PROFILE)."""
+        bucket = max(1, (2 * self.kmax_bytes if self.ecn_on else self.limit_bytes) // 32)
+        return (self.limit_bytes, self.kmin_bytes, self.kmax_bytes, round(self.pmax * 65536),
+                int(self.ecn_on), self.xoff_bytes if self.pfc_on else 0, bucket, 0)
+
+
+def class_of_dscp(sc: Scenario) -> list[int]:
+    """Class index of each DSCP 0..63, then of non-IP frames (index 64: the first class, as a
+    switch keeps its control traffic in the top priority). Under fifo every frame shares the
+    default class."""
+    classes = sc.classes
+    default = next(i for i, c in enumerate(classes) if c.default)
+    if sc.qos.scheduling == "fifo":
+        return [default] * 65
+    out = [default] * 64
+    for i, c in enumerate(classes):
+        for d in c.dscp:
+            out[d] = i
+    return out + [0]
+
+
+@dataclass(frozen=True)
+class PortLayout:
+    """What every port's queueing tree looks like (testbed.ports builds it)."""
+    scheduling: str
+    weights: tuple[int, ...]
+    buffers_bytes: tuple[int, ...]
+    default_class: int
+    frame_bytes: int
+
+    def htb_classes(self, link_bps: float) -> list[HtbClass]:
+        if self.scheduling == "weighted":
+            total = sum(self.weights)
+            return [HtbClass(0x10 + i, 0, link_bps * w / total, link_bps, w * self.frame_bytes)
+                    for i, w in enumerate(self.weights)]
+        # strict (and fifo, where only the default class carries traffic)
+        return [HtbClass(0x10 + i, i, max(8000.0, link_bps * STRICT_GUARANTEE), link_bps, self.frame_bytes)
+                for i, _ in enumerate(self.weights)]
+
+
+def port_layout(sc: Scenario) -> PortLayout:
+    return PortLayout(scheduling=sc.qos.scheduling, weights=tuple(c.weight for c in sc.classes),
+                      buffers_bytes=tuple(c.buffer_bytes or sc.fabric.queue_limit_bytes for c in sc.classes),
+                      default_class=next(i for i, c in enumerate(sc.classes) if c.default),
+                      frame_bytes=frame_bytes(sc))
+
+
+def frame_bytes(sc: Scenario) -> int:
+    return sc.workload.payload_bytes + FRAME_OVERHEAD_BYTES
+
+
+def queue_profile(sc: Scenario, c: ClassSpec, upstream_bps: list[float], reaction_s: float) -> QueueProfile:
+    """One switch queue's profile. Unless the class sets them, PFC thresholds leave headroom for
+    what the upstream senders (each at its own link rate) still deliver after the queue asks:
+    - above XOFF: what each sends during the agent's reaction time, plus two frames a TBF
+      pause lets through;
+    - above XON: after a resume every upstream may first send its HTB burst (tokens saved up
+      while it was paused) plus the same, so XON sits that far below the buffer's top.
+    A buffer too small for that leaves XON at two frames (losses become possible: the summary
+    shows any drop)."""
+    buffer = c.buffer_bytes or sc.fabric.queue_limit_bytes
+    frame = frame_bytes(sc)
+    pfc = sc.qos.pfc and c.pfc
+    in_flight = sum(int(bps / 8 * reaction_s) + 2 * frame for bps in upstream_bps)
+    burst = sc.fabric.htb_burst_bytes * len(upstream_bps)
+    headroom = c.headroom_bytes or in_flight
+    xoff = c.xoff_bytes or max(2 * frame, buffer - headroom)
+    xon = c.xon_bytes or max(2 * frame, min(xoff - 2 * frame, buffer - headroom - burst))
+    return QueueProfile(limit_bytes=buffer, ecn_on=sc.qos.ecn and c.ecn, kmin_bytes=c.ecn_kmin_bytes,
+                        kmax_bytes=max(c.ecn_kmax_bytes, c.ecn_kmin_bytes), pmax=c.ecn_pmax, pfc_on=pfc,
+                        xoff_bytes=xoff, xon_bytes=xon)
+
+
+# ---- the pause map -----------------------------------------------------------------------
+
+Queue = tuple[str, int, int]  # (node, port, class index)
+
+
+def pause_map(fabric: Fabric, table: RouteTable, sc: Scenario) -> dict[Queue, set[Queue]]:
+    """For every switch queue, the upstream queues (neighbour switch ports or host NICs) whose
+    traffic enters it under the route table: the senders a PFC XOFF on it must pause. A packet's
+    class can change on the way (dateline virtual channels rewrite the workload's DSCP), so the
+    upstream is paused in the class the packet had when it left it."""
+    cls = class_of_dscp(sc)
+    dateline = sc.controller.dateline
+    vc_dscp = (sc.workload.dscp, sc.controller.vc1_dscp)
+    feeds: dict[Queue, set[Queue]] = {}
+    classes = range(len(sc.classes))
+
+    def class_pairs(vc_in: int, vc_out: int):
+        """(class upstream, class here) for every class, given the workload's channels."""
+        if not dateline:
+            return [(c, c) for c in classes]
+        moved = {cls[vc_dscp[0]], cls[vc_dscp[1]]}
+        pairs = [(c, c) for c in classes if c not in moved]
+        pairs.append((cls[vc_dscp[vc_in]], cls[vc_dscp[vc_out]]))
+        return pairs
+
+    for dst in fabric.hosts:
+        seen: set[tuple[str, int | None, int]] = set()
+
+        def walk(switch: str, in_port: int | None, vc: int, upstream: tuple[str, int]) -> None:
+            if (switch, in_port, vc) in seen:
+                return
+            seen.add((switch, in_port, vc))
+            for port in table[switch][dst.name]:
+                nvc = next_vc(fabric, switch, in_port, port, vc, dateline)
+                for c_up, c_here in class_pairs(vc, nvc):
+                    feeds.setdefault((switch, port, c_here), set()).add((upstream[0], upstream[1], c_up))
+                peer, peer_port, _ = fabric.ports[switch][port]
+                if peer != dst.name:
+                    walk(peer, peer_port, nvc, (switch, port))
+
+        for src in fabric.hosts:
+            if src.name != dst.name:
+                walk(src.switch, src.switch_port, 0, (src.name, 0))
+    return feeds
+
+
+def find_cycle(waits: dict[Queue, set[Queue]]) -> list[Queue] | None:
+    """A cycle in a wait-for graph (queue -> queues it waits on), or None."""
+    color: dict[Queue, int] = {}
+    stack: list[Queue] = []
+
+    def visit(q: Queue) -> list[Queue] | None:
+        color[q] = 1
+        stack.append(q)
+        for nxt in waits.get(q, ()):
+            if color.get(nxt) == 1:
+                return stack[stack.index(nxt):]
+            if nxt not in color:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        color[q] = 2
+        return None
+
+    for q in list(waits):
+        if q not in color:
+            found = visit(q)
+            if found:
+                return found
+    return None

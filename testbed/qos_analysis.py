@@ -1,0 +1,110 @@
+"""Analysis of the switch agent's raw files: queue telemetry, ECN marking against its profile,
+PFC pauses and their reaction times, deadlocks. Pure functions of raw/ files.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from testbed import records
+
+
+def telemetry_table(raw: Path, plan: dict) -> pd.DataFrame:
+    """raw/telemetry.bin as a table, with each queue's port, node and class name."""
+    tel = pd.DataFrame(records.read(raw / "telemetry.bin", records.TELEMETRY))
+    if tel.empty:
+        return tel
+    queues = pd.DataFrame(plan["queues"])[["node", "ifname", "class", "class_name"]]
+    queues.index.name = "queue"
+    return tel.join(queues, on="queue").rename(columns={"ifname": "port"})
+
+
+def pfc_events(raw: Path) -> pd.DataFrame:
+    path = raw / "pfc_events.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return pd.DataFrame(rows)
+
+
+def marking_profile(hist: dict, profile: list[int]) -> list[dict]:
+    """Per queue-depth bucket at enqueue: ECT packets, how many were marked, and the fraction the
+    RED profile asks for at the bucket's middle."""
+    limit, kmin, kmax, pmax_q16, ecn_on = profile[:5]
+    width = hist["bucket_bytes"]
+    out = []
+    for b, (ect, marked) in enumerate(zip(hist["ect"], hist["marked"])):
+        if not ect:
+            continue
+        lo, hi = b * width, (b + 1) * width
+        mid = (lo + hi) / 2
+        if not ecn_on:
+            want = 0.0
+        elif mid < kmin:
+            want = 0.0
+        elif mid >= kmax:
+            want = 1.0
+        else:
+            want = pmax_q16 / 65536 * (mid - kmin) / max(1, kmax - kmin)
+        out.append({"depth_from_bytes": lo, "depth_to_bytes": hi, "ect_packets": ect, "marked": marked,
+                    "marked_fraction": marked / ect, "profile_fraction": want})
+    return out
+
+
+def paused_time(events: pd.DataFrame) -> list[dict]:
+    """Total paused time per (port, class) from pause/resume pairs."""
+    if events.empty or "event" not in events:
+        return []
+    res = events[events["event"] == "resume"]
+    if res.empty:
+        return []
+    g = res.groupby(["node", "port", "class"])["paused_ns"].agg(["sum", "count", "max"]).reset_index()
+    return [{"node": r.node, "port": r.port, "class": int(r["class"]), "pauses": int(r["count"]),
+             "paused_ms": float(r["sum"]) / 1e6, "longest_ms": float(r["max"]) / 1e6} for _, r in g.iterrows()]
+
+
+def qos_summary(raw: Path, duration_s: float) -> dict | None:
+    if not (raw / "agent.json").exists():
+        return None
+    agent = json.loads((raw / "agent.json").read_text())
+    plan = json.loads((raw / "agent_plan.json").read_text())
+    tel = telemetry_table(raw, plan)
+    if not tel.empty:
+        tel.to_parquet(raw.parent / "queues.parquet", index=False)
+    events = pfc_events(raw)
+    qend = agent["queues_end"]
+    busiest = sorted(qend, key=lambda q: q["max_depth_bytes"], reverse=True)[:8]
+    marks = [q for q in qend if q["mark_pkts"]]
+    by_row = {q["row"]: q for q in qend}
+    ecn_profiles = []
+    for row, hist in agent["ecn_hist"].items():
+        q = plan["queues"][int(row)]
+        if q["profile"][4] or by_row.get(int(row), {}).get("mark_pkts"):
+            ecn_profiles.append({"port": q["ifname"], "class": q["class_name"],
+                                 "kmin_bytes": q["profile"][1], "kmax_bytes": q["profile"][2],
+                                 "pmax": q["profile"][3] / 65536,
+                                 "buckets": marking_profile(hist, q["profile"])})
+    pauses = events[events["event"] == "pause"] if not events.empty else events
+    hosts = {l["node"] for l in plan["leaves"] if not l["switch"]}
+    return {
+        "telemetry": {"target_hz": plan["telemetry_hz"], "achieved_hz": agent["telemetry_hz_achieved"],
+                      "late_samples": agent["late_samples"], "rows": int(len(tel)),
+                      "pfc_poll_hz": agent["poll_hz_achieved"],
+                      "agent_cores": agent["cpu_s"] / max(1e-9, (agent["end_ns"] - agent["start_ns"]) / 1e9)},
+        "queues": {"busiest": busiest,
+                   "buffer_drops": int(sum(q["drop_pkts"] for q in qend)),
+                   "drops_by_port": [{"port": q["port"], "class": q["class"], "drops": q["drop_pkts"]}
+                                     for q in qend if q["drop_pkts"]]},
+        "ecn": {"marked": int(sum(q["mark_pkts"] for q in qend)),
+                "ect_packets": int(sum(q["ect_pkts"] for q in qend)),
+                "marking_ports": [{"port": q["port"], "class": q["class"], "marked": q["mark_pkts"],
+                                   "ect": q["ect_pkts"]} for q in marks],
+                "profiles": ecn_profiles},
+        "pfc": {"pauses": agent["pauses"], "resumes": agent["resumes"],
+                "paused_ports": int(pauses[["port", "class"]].drop_duplicates().shape[0]) if len(pauses) else 0,
+                "paused_hosts": sorted(set(pauses["node"]) & hosts) if len(pauses) else [],
+                "reaction_us": agent["reaction_us"], "watchdog_fired": agent["watchdog_fired"],
+                "paused_time": paused_time(events),
+                "deadlock": agent["deadlock"]},
+    }

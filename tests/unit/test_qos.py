@@ -1,0 +1,121 @@
+"""Port QoS as data: class maps, HTB layouts, PFC thresholds, the pause map and its deadlock
+structure (pure, no root)."""
+import dataclasses
+
+import networkx as nx
+import pytest
+
+from testbed import qos
+from testbed.routing import compute_routes
+from testbed.scenario import build_fabric, load_scenario
+
+
+def pause_graph(sc):
+    fabric = build_fabric(sc.fabric)
+    feeds = qos.pause_map(fabric, compute_routes(fabric, sc.controller.routing), sc)
+    g = nx.DiGraph()
+    for queue, ups in feeds.items():
+        for up in ups:
+            g.add_edge(up, queue)
+    return fabric, feeds, g
+
+
+def test_dscp_map_follows_classes_and_fifo_collapses_them():
+    sc = load_scenario("allreduce-torus")
+    m = qos.class_of_dscp(sc)
+    assert len(m) == 65 and m[26] == m[27] == 1 and m[48] == m[46] == 0 and m[0] == m[10] == 2
+    assert m[64] == 0  # non-IP frames ride the top class
+    fifo = qos.class_of_dscp(load_scenario("allreduce-torus", ["qos.scheduling=fifo"]))
+    assert set(fifo) == {2}
+
+
+def test_strict_and_weighted_htb_layouts():
+    strict = qos.port_layout(load_scenario("allreduce-torus")).htb_classes(100e6)
+    assert [c.prio for c in strict] == [0, 1, 2] and all(c.ceil_bps == 100e6 for c in strict)
+    assert all(c.rate_bps <= 100e6 * 0.01 for c in strict)
+    weighted = qos.port_layout(load_scenario("allreduce-torus", ["qos.scheduling=weighted"])).htb_classes(100e6)
+    assert len({c.prio for c in weighted}) == 1
+    assert sum(c.rate_bps for c in weighted) == pytest.approx(100e6)
+
+
+def test_pfc_thresholds_leave_headroom_for_every_upstream():
+    sc = load_scenario("incast-pfc")
+    roce = dataclasses.replace(sc.classes[1], buffer_bytes=1 << 20, xoff_bytes=0, xon_bytes=0)
+    p = qos.queue_profile(sc, roce, [100e6] * 4 + [400e6], reaction_s=0.002)
+    frame = qos.frame_bytes(sc)
+    in_flight = 4 * 25_000 + 100_000 + 5 * 2 * frame
+    assert p.pfc_on and p.limit_bytes == 1 << 20
+    assert p.xoff_bytes == (1 << 20) - in_flight
+    assert p.xon_bytes == (1 << 20) - in_flight - 5 * sc.fabric.htb_burst_bytes
+    assert p.xon_bytes < p.xoff_bytes
+    off = qos.queue_profile(load_scenario("incast-pfc", ["qos.pfc=false"]), roce, [100e6], 0.002)
+    assert not off.pfc_on and off.as_row()[5] == 0
+
+
+def test_ecn_profile_row_matches_the_bpf_struct():
+    sc = load_scenario("incast-ecn")
+    row = qos.queue_profile(sc, sc.classes[1], [100e6], 0.002).as_row()
+    limit, kmin, kmax, pmax_q16, ecn_on, xoff, bucket, _pad = row
+    assert (limit, kmin, kmax, ecn_on, xoff) == (2 << 20, 100000, 400000, 1, 0)
+    assert pmax_q16 == round(0.2 * 65536) and bucket == 2 * 400000 // 32
+
+
+def test_pause_map_feeds_a_leaf_port_from_its_hosts_and_spines():
+    sc = load_scenario("incast-pfc")
+    fabric, feeds, _ = pause_graph(sc)
+    h = fabric.host_by_name["h0_0"]
+    ups = feeds[(h.switch, h.switch_port, 1)]
+    local = {"h0_1", "h0_2", "h0_3", "h0_4"}
+    nodes = {u[0] for u in ups}
+    assert local <= nodes and nodes - local and nodes - local <= {"spine0", "spine1"}
+    assert all(u[2] == 1 for u in ups)  # no class changes on a leaf-spine
+
+
+def test_pause_map_on_a_ring_is_cyclic_without_dateline_and_acyclic_with_it():
+    sc = load_scenario("pfc-deadlock-torus")
+    _, _, g = pause_graph(sc)
+    roce = [n for n in g if n[2] in (1, 2)]
+    assert not nx.is_directed_acyclic_graph(g.subgraph(roce))
+    _, _, g2 = pause_graph(load_scenario("pfc-deadlock-torus", ["controller.dateline=true"]))
+    roce2 = [n for n in g2 if n[2] in (1, 2)]
+    assert nx.is_directed_acyclic_graph(g2.subgraph(roce2))
+    # the dateline link's channel-1 queue is fed from channel 0 upstream
+    assert any(u[2] == 1 and q[2] == 2 for q, ups in qos.pause_map(
+        build_fabric(sc.fabric), compute_routes(build_fabric(sc.fabric), "shortest_path"),
+        load_scenario("pfc-deadlock-torus", ["controller.dateline=true"])).items() for u in ups)
+
+
+def test_find_cycle():
+    assert qos.find_cycle({1: {2}, 2: {3}, 3: set()}) is None
+    cyc = qos.find_cycle({1: {2}, 2: {3}, 3: {1}, 4: {1}})
+    assert sorted(cyc) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("override,field", [
+    ("qos.scheduling=round_robin", "qos.scheduling"),
+    ("qos.telemetry_hz=1", "qos.telemetry_hz"),
+])
+def test_bad_qos_settings_name_the_field(override, field):
+    from testbed.errors import InputError
+    with pytest.raises(InputError) as e:
+        load_scenario("incast-ecn", [override])
+    assert e.value.field == field
+
+
+def test_class_table_errors_name_the_class_and_field():
+    from testbed.errors import InputError
+    from testbed.scenario import load_document
+    base = {"classes": [{"name": "a", "dscp": [26], "default": True}, {"name": "b", "dscp": [26]}]}
+    with pytest.raises(InputError) as e:
+        load_document("x", base, "x.toml")
+    assert e.value.field == "classes[1].dscp"
+    with pytest.raises(InputError) as e:
+        load_document("x", {"classes": [{"name": "a", "dscp": [1]}]}, "x.toml")
+    assert e.value.field == "classes"  # no default class
+    with pytest.raises(InputError) as e:
+        load_document("x", {"classes": [{"name": "a", "default": True, "pfc": True, "xoff_bytes": 10,
+                                         "xon_bytes": 20}]}, "x.toml")
+    assert e.value.field == "classes[0].xon_bytes"
+    with pytest.raises(InputError) as e:
+        load_document("x", {"classes": [{"name": "a", "default": True, "colour": "red"}]}, "x.toml")
+    assert e.value.field == "classes[0].colour"
