@@ -47,7 +47,7 @@ def print_summary(s: dict, run_dir: Path) -> None:
         if busiest:
             t.add_row("deepest queue (bytes)", f"{busiest['max_depth_bytes']} on {busiest['port']} class {busiest['class']}")
         t.add_row("port buffer drops", str(q["queues"]["buffer_drops"]))
-        t.add_row("ECN marked / ECT packets", f"{q['ecn']['marked']} / {q['ecn']['ect_packets']}")
+        t.add_row("ECN marked / ECT packets (summed over ports)", f"{q['ecn']['marked']} / {q['ecn']['ect_packets']}")
         pfc = q["pfc"]
         react = pfc["reaction_us"]
         t.add_row("PFC pauses (ports) / reaction p50, p99 (us)",
