@@ -49,7 +49,7 @@ class FabricSpec:
     uplink_bw_mbps: float = spec(0.0, "leafspine: leaf-spine link rate, Mb/s (0: bw_mbps)", "float", 0.0, 10000.0)
     bw_mbps: float = spec(100.0, "rate of every (host) link, Mb/s", "float", 1.0, 10000.0)
     mtu_bytes: int = spec(9000, "MTU of every veth, bytes", "int", 1500, 9000)
-    queue_limit_bytes: int = spec(262144, "buffer of every egress port (bfifo), bytes", "bytes", 4096, 64 << 20)
+    queue_limit_bytes: int = spec(262144, "default buffer of each class of every egress port, bytes", "bytes", 4096, 64 << 20)
     htb_burst_bytes: int = spec(61440, "HTB burst and cburst of every shaped port, bytes: larger bursts "
                                 "cost less CPU but are coarser at sub-millisecond timescales", "bytes",
                                 1600, 1 << 20)
