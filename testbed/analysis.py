@@ -22,6 +22,8 @@ SUMMARY_VERSION = 1
 # Fidelity thresholds: the run says it could not keep up when any is crossed.
 MAX_PACING_LATE_FRACTION = 0.01
 MAX_MACHINE_BUSY_FRACTION = 0.97
+# Open vSwitch may lag for an instant; lagging this often means the fabric ran above its capacity.
+MAX_INPUT_BUSY_FRACTION = 0.05
 
 
 def _read_json(path: Path):
@@ -208,6 +210,13 @@ def analyze(run_dir: Path) -> dict:
     fidelity_notes = []
     if pacing_late > MAX_PACING_LATE_FRACTION:
         fidelity_notes.append(f"the engine fell behind its pacing for {pacing_late:.1%} of the time")
+    backlog = qos["ovs_input_backlog"] if qos else None
+    if backlog and backlog["samples"] and backlog["busy_samples"] / backlog["samples"] > MAX_INPUT_BUSY_FRACTION:
+        fidelity_notes.append(
+            f"Open vSwitch fell behind: frames waited in its input sockets (over "
+            f"{backlog['busy_threshold_bytes'] // 1024} KiB on a port) in "
+            f"{backlog['busy_samples'] / backlog['samples']:.0%} of samples, up to "
+            f"{backlog['max_bytes'] // 1024} KiB on {backlog['worst_ports'][0]['port']}, unseen by priorities and pauses")
     if cpu.get("machine_busy_fraction", 0) > MAX_MACHINE_BUSY_FRACTION:
         fidelity_notes.append(f"the machine was {cpu['machine_busy_fraction']:.0%} busy")
     summary = {

@@ -53,6 +53,11 @@ def print_summary(s: dict, run_dir: Path) -> None:
         t.add_row("PFC pauses (ports) / reaction p50, p99 (us)",
                   f"{pfc['pauses']} ({pfc['paused_ports']}) / {_fmt(react['p50'], '{:.0f}')}, "
                   f"{_fmt(react['p99'], '{:.0f}')}")
+        ib = q.get("ovs_input_backlog")
+        if ib and ib["samples"]:
+            t.add_row("OVS input backlog: max (KiB) / samples over "
+                      f"{ib['busy_threshold_bytes'] // 1024} KiB",
+                      f"{ib['max_bytes'] // 1024} / {ib['busy_samples'] / ib['samples']:.1%}")
         tel = q["telemetry"]
         t.add_row("telemetry rate (Hz) / agent cores", f"{tel['achieved_hz']:.0f} / {tel['agent_cores']:.2f}")
     for b in s.get("background", []):

@@ -101,6 +101,7 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
                 "marking_ports": [{"port": q["port"], "class": q["class"], "marked": q["mark_pkts"],
                                    "ect": q["ect_pkts"]} for q in marks],
                 "profiles": ecn_profiles},
+        "ovs_input_backlog": agent.get("ovs_input_backlog"),
         "pfc": {"pauses": agent["pauses"], "resumes": agent["resumes"],
                 "paused_ports": int(pauses[["port", "class"]].drop_duplicates().shape[0]) if len(pauses) else 0,
                 "paused_hosts": sorted(set(pauses["node"]) & hosts) if len(pauses) else [],

@@ -44,6 +44,9 @@ from testbed.records import TELEMETRY
 NLMSG_ERROR = 2
 DEADLOCK_CHECK_NS = 10_000_000
 FLUSH_NS = 20_000_000
+INPUT_SAMPLE_NS = 5_000_000
+# About 16 frames of 4 KB (in truesize): ~5 ms of a 100 Mb/s link waiting unseen in a switch's input.
+INPUT_BUSY_BYTES = 96 * 1024
 MIN_SLEEP_S = 50e-6
 
 
@@ -123,6 +126,43 @@ def tbf_message(leaf: dict, params: dict) -> bytes:
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
     msg.encode()
     return bytes(msg.data)
+
+
+class InputBacklog:
+    """How much waits in Open vSwitch's receive socket of each switch port (userspace datapath):
+    frames there have left the upstream queue but not reached any egress queue, a first-come
+    first-served buffer that neither priorities nor pauses see. Read from /proc/net/packet
+    (Rmem: the socket's receive memory, skb truesize), all sockets in one read."""
+
+    def __init__(self, ifindex_port: dict[int, str]):
+        self.ports = ifindex_port
+        self.max_bytes: dict[str, int] = {}
+        self.samples = 0
+        self.busy_samples = 0  # samples in which some port held more than BUSY_BYTES
+
+    def sample(self) -> None:
+        try:
+            lines = Path("/proc/net/packet").read_text().splitlines()[1:]
+        except OSError:
+            return
+        busy = False
+        for line in lines:
+            f = line.split()
+            port = self.ports.get(int(f[4]))
+            rmem = int(f[6])
+            if port is None or not rmem:
+                continue
+            if rmem > self.max_bytes.get(port, 0):
+                self.max_bytes[port] = rmem
+            busy |= rmem > INPUT_BUSY_BYTES
+        self.samples += 1
+        self.busy_samples += busy
+
+    def result(self) -> dict:
+        worst = sorted(self.max_bytes.items(), key=lambda kv: kv[1], reverse=True)[:5]
+        return {"samples": self.samples, "busy_samples": self.busy_samples, "busy_threshold_bytes": INPUT_BUSY_BYTES,
+                "max_bytes": max(self.max_bytes.values(), default=0),
+                "worst_ports": [{"port": p, "max_bytes": b} for p, b in worst]}
 
 
 class Agent:
@@ -340,6 +380,8 @@ class Agent:
         next_sample = start
         next_deadlock = start + DEADLOCK_CHECK_NS
         next_flush = start + FLUSH_NS
+        next_input = start
+        inputs = InputBacklog({l["ifindex"]: l["ifname"] for l in self.leaves if l["switch"]})
         polls = sweeps = 0
         late_samples = 0
         while not self.stop_requested:
@@ -361,6 +403,9 @@ class Agent:
                 if watchdog_ns:
                     self.check_watchdog(now, watchdog_ns)
                 next_deadlock = now + DEADLOCK_CHECK_NS
+            if now >= next_input:
+                inputs.sample()
+                next_input = now + INPUT_SAMPLE_NS
             if now >= next_flush:
                 self.flush()
                 self.events.flush()
@@ -390,6 +435,7 @@ class Agent:
                             "p99": float(np.percentile(react, 99) / 1e3) if len(react) else None,
                             "max": float(react.max() / 1e3) if len(react) else None},
             "deadlock": self.deadlock,
+            "ovs_input_backlog": inputs.result(),
             "queues_end": [{"row": r, "port": self.queues[r]["ifname"], "node": self.queues[r]["node"],
                             "class": self.queues[r]["class"], "max_depth_bytes": int(self.max_depth[qidx[r]]),
                             "depth_bytes": int(q_end["depth_bytes"][r]),
