@@ -1,6 +1,6 @@
-"""Launch os-ken with one of the testbed's apps (os-ken 4.x has no manager command).
+"""Launch os-ken with the testbed's apps (os-ken 4.x has no manager command).
 
-    python -m controllers.launcher --port 16653 --app proactive_routing \
+    python -m controllers.launcher --port 16653 --app proactive_routing --app qos_policy \
         --fabric fabric.json --events events.jsonl [--param routing=dimension_order]
 
 The OpenFlow listener binds to 127.0.0.1 only. Apps receive a ``testbed`` context with the
@@ -19,7 +19,7 @@ from controllers.events import EventLog
 from topologies.model import Fabric
 
 LISTEN_HOST = "127.0.0.1"
-APPS = ("proactive_routing",)
+APPS = ("proactive_routing", "qos_policy")
 
 
 @dataclass
@@ -32,7 +32,7 @@ class AppSettings:
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="controllers.launcher")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--app", choices=APPS, required=True)
+    ap.add_argument("--app", choices=APPS, action="append", required=True, help="an app to run (repeatable)")
     ap.add_argument("--fabric", required=True, help="fabric description (JSON, topologies.model)")
     ap.add_argument("--events", required=True, help="event log to append to (JSON lines)")
     ap.add_argument("--param", action="append", default=[], help="app parameter key=value")
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, stop)
 
     mgr = AppManager.get_instance()
-    mgr.load_apps([f"controllers.{args.app}"])
+    mgr.load_apps([f"controllers.{app}" for app in args.app])
     contexts = mgr.create_contexts()
     contexts["testbed"] = settings
     threads = mgr.instantiate_apps(**contexts)

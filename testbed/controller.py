@@ -20,13 +20,15 @@ def free_port() -> int:
 
 
 class Controller(ManagedProcess):
-    def __init__(self, *, app: str, params: dict, fabric_json: Path, events_path: Path, log_path: Path):
+    def __init__(self, *, apps: list[str], params: dict, fabric_json: Path, events_path: Path, log_path: Path):
         self.port = free_port()
         self.events_path = events_path
         self._events_read = 0
         self._events: list[dict] = []
-        argv = [sys.executable, "-m", "controllers.launcher", "--port", str(self.port), "--app", app,
+        argv = [sys.executable, "-m", "controllers.launcher", "--port", str(self.port),
                 "--fabric", str(fabric_json), "--events", str(events_path)]
+        for app in apps:
+            argv += ["--app", app]
         for k, v in params.items():
             argv += ["--param", f"{k}={v}"]
         super().__init__("controller", argv, log_path, cwd=str(PROJECT_ROOT))

@@ -78,8 +78,9 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
     marks = [q for q in qend if q["mark_pkts"]]
     by_row = {q["row"]: q for q in qend}
     ecn_profiles = []
+    queues = agent["queues"]  # with the policy in force at the end
     for row, hist in agent["ecn_hist"].items():
-        q = plan["queues"][int(row)]
+        q = queues[int(row)]
         if q["profile"][4] or by_row.get(int(row), {}).get("mark_pkts"):
             ecn_profiles.append({"port": q["ifname"], "class": q["class_name"],
                                  "kmin_bytes": q["profile"][1], "kmax_bytes": q["profile"][2],

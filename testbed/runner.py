@@ -21,7 +21,6 @@ from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
-from testbed.routing import compute_routes
 from testbed.runstate import RunLock, RunRecord, clean_stale
 from testbed.scenario import Scenario, build_fabric
 from testbed.workload import build_messages, engine_plan
@@ -98,10 +97,14 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
     raw = run_dir / "raw"
     timings = manifest["timings_s"]
     t0 = time.monotonic()
-    params = {"routing": sc.controller.routing}
+    # The QoS app and the switch agent meet on an abstract Unix socket (no file to clean up).
+    agent_socket = f"fabric-testbed/{os.getpid()}/{time.monotonic_ns()}"
+    (raw / "scenario.json").write_text(json.dumps(sc.to_dict()))
+    params = {"routing": sc.controller.routing, "scenario": str(raw / "scenario.json"),
+              "agent_socket": agent_socket}
     if sc.controller.dateline:
         params.update(dateline="1", vc_dscp=f"{sc.workload.dscp}:{sc.controller.vc1_dscp}")
-    ctl = Controller(app=sc.controller.app, params=params,
+    ctl = Controller(apps=[sc.controller.app, sc.controller.qos_app], params=params,
                      fabric_json=raw / "fabric.json", events_path=raw / "controller_events.jsonl",
                      log_path=raw / "controller.log")
     ctl.on_start = record.add_process
@@ -123,7 +126,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
                 (raw / "plan.json").write_text(json.dumps(plan))
-                agent_plan = build_agent_plan(sc, fabric, net.ports, str(run_dir))
+                agent_plan = build_agent_plan(sc, net.ports, str(run_dir), agent_socket)
                 (raw / "agent_plan.json").write_text(json.dumps(agent_plan))
                 agent = ManagedProcess("switch agent", [sys.executable, "-m", "testbed.switch_agent",
                                                         str(raw / "agent_plan.json")],
@@ -132,7 +135,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 agent.on_start = record.add_process
                 with agent:
                     wait_until(lambda: (raw / "agent_ready").exists() or not agent.alive(), 30,
-                               "the switch agent to apply the port policies")
+                               "the switch agent to apply the controller's port policy")
                     if not agent.alive():
                         raise RunFailed(f"the switch agent failed to start; log:\n{agent.log_tail()}")
                     _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent)
@@ -197,36 +200,20 @@ class FaultInjector:
         self._f.close()
 
 
-def build_agent_plan(sc, fabric, ports, out_dir: str) -> dict:
-    """What the switch agent needs: the switch queues with their profiles, every pausable leaf,
-    and which leaves feed which queue (from the same routes the controller installs)."""
+def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
+    """What the switch agent needs to act on the ports: every switch queue and every pausable
+    leaf. The policy itself (profiles, thresholds, pause map) comes from the controller."""
     leaves = ports.leaves()
-    leaf_id = {(l["node"], l["port"], l["class"]): i for i, l in enumerate(leaves)}
-    rate_bps = {p.ifname: p.bw_mbps * 1e6 for p in ports.ports}
-    feeds = qos.pause_map(fabric, compute_routes(fabric, sc.controller.routing), sc)
-    # measured agent reaction: p50 0.3-0.5 ms, p99 0.6-2.4 ms (poll interval + wake-up + netlink)
-    reaction_s = 1.0 / sc.qos.agent_poll_hz + 0.0015
-    queues, pause_map = [], {}
-    for l in leaves:
-        if not l["switch"]:
-            continue
-        key = (l["node"], l["port"], l["class"])
-        ups = sorted(leaf_id[u] for u in feeds.get(key, ()))
-        prof = qos.queue_profile(sc, sc.classes[l["class"]], [rate_bps[leaves[u]["ifname"]] for u in ups],
-                                 reaction_s)
-        queues.append({"index": l["queue"], "node": l["node"], "port": l["port"], "ifname": l["ifname"],
-                       "class": l["class"], "class_name": sc.classes[l["class"]].name,
-                       "profile": list(prof.as_row()), "xon_bytes": prof.xon_bytes})
-        if ups and prof.pfc_on:
-            pause_map[l["queue"]] = ups
+    queues = [{"index": l["queue"], "node": l["node"], "port": l["port"], "ifname": l["ifname"],
+               "class": l["class"], "class_name": sc.classes[l["class"]].name}
+              for l in leaves if l["switch"]]
     return {
-        "out_dir": out_dir,
+        "out_dir": out_dir, "controller_socket": agent_socket,
         "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name != "port_slot"},
-        "dscp_class": qos.class_of_dscp(sc), "first_minor": 0x10,
-        "classes": [c.name for c in sc.classes],
+        "first_minor": 0x10,
         "poll_hz": sc.qos.agent_poll_hz, "telemetry_hz": sc.qos.telemetry_hz,
         "deadlock_detect_ms": sc.qos.deadlock_detect_ms, "watchdog_ms": sc.qos.pfc_watchdog_ms,
-        "queues": queues, "leaves": leaves, "pause_map": pause_map,
+        "queues": queues, "leaves": leaves,
     }
 
 

@@ -64,6 +64,9 @@ class ControllerSpec:
     survive_controller_loss: bool = spec(False, "if the controller dies, let the switches keep forwarding on "
                                          "their installed rules and finish the run (else stop it at once)", "bool")
     vc1_dscp: int = spec(27, "DSCP that carries the workload's class on virtual channel 1", "int", 0, 63)
+    qos_app: str = spec("qos_policy", "os-ken app in controllers/ that owns the port QoS policy (sends it to "
+                        "the switch agent, receives its telemetry and events, changes it at run time)",
+                        "str", choices=("qos_policy",))
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,19 @@ class FaultSpec:
 
 
 @dataclass(frozen=True)
+class PolicyChangeSpec:
+    at_s: float = spec(0.0, "when the controller changes the policy, seconds after traffic starts", "float",
+                       0.0, 3600.0)
+    class_name: str = spec("", "the class whose setting changes", "str")
+    field: str = spec("", "the [[classes]] field to change (e.g. ecn, ecn_kmin_bytes, pfc, xoff_bytes)", "str")
+    value: Any = spec(None, "its new value (as in [[classes]])", "any")
+
+
+POLICY_FIELDS = ("ecn", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax", "pfc", "xoff_bytes", "xon_bytes",
+                 "headroom_bytes")
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     path: str
@@ -182,16 +198,33 @@ class Scenario:
     qos: QosSpec = QosSpec()
     classes: tuple[ClassSpec, ...] = DEFAULT_CLASSES
     faults: tuple[FaultSpec, ...] = ()
+    policy_changes: tuple[PolicyChangeSpec, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["scenario_version"] = SCENARIO_VERSION
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Scenario":
+        """The inverse of to_dict (for processes that get the resolved scenario as JSON)."""
+        def build(kind, values):
+            return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        return cls(name=d["name"], path=d["path"], description=d["description"],
+                   **{s: build(c, d[s]) for s, c in SECTIONS.items()},
+                   classes=tuple(build(ClassSpec, c) for c in d["classes"]),
+                   faults=tuple(build(FaultSpec, f) for f in d["faults"]),
+                   policy_changes=tuple(build(PolicyChangeSpec, p) for p in d.get("policy_changes", ())))
+
+    def with_class_change(self, class_name: str, field_name: str, value: Any) -> "Scenario":
+        classes = tuple(dataclasses.replace(c, **{field_name: value}) if c.name == class_name else c
+                        for c in self.classes)
+        return dataclasses.replace(self, classes=classes)
+
 
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
             "transport": TransportSpec, "qos": QosSpec, "run": RunSpec}
-TOP_LEVEL = {"description", "scenario_version", "faults", "classes", *SECTIONS}
+TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
 
@@ -202,6 +235,8 @@ def _check_value(where: str, name: str, raw: Any, meta: dict) -> Any:
     def fail(msg: str):
         raise InputError(where, name, f"{msg} ({meta['doc']})")
 
+    if kind == "any":
+        return raw
     if kind == "bool":
         if not isinstance(raw, bool):
             fail(f"expected true or false, got {raw!r}")
@@ -356,6 +391,18 @@ def _check_classes(where: str, sc: Scenario) -> None:
         raise InputError(where, "classes", "exactly one class needs default = true (it takes unlisted DSCPs)")
 
 
+def _check_policy_change(where: str, i: int, c: PolicyChangeSpec, classes) -> PolicyChangeSpec:
+    at = f"policy_changes[{i}]"
+    if c.class_name not in {k.name for k in classes}:
+        raise InputError(where, f"{at}.class_name", f"no class {c.class_name!r}; classes are "
+                         f"{', '.join(k.name for k in classes)}")
+    if c.field not in POLICY_FIELDS:
+        raise InputError(where, f"{at}.field", f"expected one of {', '.join(POLICY_FIELDS)}, got {c.field!r}")
+    meta = {f.name: f for f in dataclasses.fields(ClassSpec)}[c.field].metadata
+    value = _check_value(where, f"{at}.value", c.value, meta)
+    return dataclasses.replace(c, value=value)
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`section.field=value`; the value is read as TOML (numbers, lists, booleans) or else as a string."""
     if "=" not in text:
@@ -408,7 +455,14 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     faults = tuple(_build_section(where, f"faults[{i}]", FaultSpec, t) for i, t in enumerate(faults_doc))
     classes = DEFAULT_CLASSES if classes_doc is None else tuple(
         _build_section(where, f"classes[{i}]", ClassSpec, t) for i, t in enumerate(classes_doc))
-    sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes, **built)
+    changes_doc = doc.get("policy_changes", [])
+    if not isinstance(changes_doc, list):
+        raise InputError(where, "policy_changes", "expected an array of tables [[policy_changes]]")
+    changes = tuple(_build_section(where, f"policy_changes[{i}]", PolicyChangeSpec, t)
+                    for i, t in enumerate(changes_doc))
+    changes = tuple(_check_policy_change(where, i, c, classes) for i, c in enumerate(changes))
+    sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
+                  policy_changes=changes, **built)
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     return sc
 

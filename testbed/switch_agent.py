@@ -38,13 +38,14 @@ from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
 
 from testbed.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.netns import netns_of
-from testbed.qos import find_cycle
+from testbed.qos import find_cycle, queue_key
 from testbed.records import TELEMETRY
 
 NLMSG_ERROR = 2
 DEADLOCK_CHECK_NS = 10_000_000
 FLUSH_NS = 20_000_000
 INPUT_SAMPLE_NS = 5_000_000
+REPORT_NS = 100_000_000  # telemetry summaries to the controller
 # About 16 frames of 4 KB (in truesize): ~5 ms of a 100 Mb/s link waiting unseen in a switch's input.
 INPUT_BUSY_BYTES = 96 * 1024
 MIN_SLEEP_S = 50e-6
@@ -128,6 +129,56 @@ def tbf_message(leaf: dict, params: dict) -> bytes:
     return bytes(msg.data)
 
 
+class ControllerLink:
+    """The line-delimited JSON connection to the controller's QoS app. If the controller goes
+    away the agent keeps the last policy, as a switch keeps its configuration."""
+
+    def __init__(self, name: str, timeout_s: float = 30.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.sock.connect("\0" + name)
+                break
+            except (ConnectionRefusedError, FileNotFoundError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.buf = b""
+        self.lost = False
+
+    def receive(self, timeout_s: float | None) -> list[dict]:
+        """Complete messages waiting (or, with a timeout, the first to arrive within it)."""
+        if self.lost:
+            return []
+        self.sock.settimeout(timeout_s)
+        try:
+            chunk = self.sock.recv(1 << 20) if timeout_s is not None else self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+            if not chunk:
+                self.lost = True
+            self.buf += chunk
+        except (BlockingIOError, socket.timeout):
+            pass
+        except OSError:
+            self.lost = True
+        out = []
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            out.append(json.loads(line))
+        return out
+
+    def send(self, msg: dict) -> None:
+        if self.lost:
+            return
+        try:
+            self.sock.sendall((json.dumps(msg) + "\n").encode())
+        except OSError:
+            self.lost = True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 class InputBacklog:
     """How much waits in Open vSwitch's receive socket of each switch port (userspace datapath):
     frames there have left the upstream queue but not reached any egress queue, a first-come
@@ -181,12 +232,14 @@ class Agent:
         self.leaf_msgs = [(tbf_message(l, l["paused"]), tbf_message(l, l["running"])) for l in self.leaves]
         self.xon_frames = [pfc_frame(c, 0) for c in range(8)]
         self.port_socks = PortSockets()
-        self.feeders = {int(k): v for k, v in plan["pause_map"].items()}  # queue index -> leaf ids
         self.leaf_queue = {i: l["queue"] for i, l in enumerate(self.leaves) if l["queue"] >= 0}
+        # The controller names queues "<interface>:<class>" (testbed.qos.queue_key).
+        self.key_index = {queue_key(q["ifname"], q["class"]): q["index"] for q in self.queues}
+        self.key_leaf = {queue_key(l["ifname"], l["class"]): i for i, l in enumerate(self.leaves)}
+        # Policy state, from the controller: queue index -> leaf ids to pause; thresholds.
+        self.feeders: dict[int, list[int]] = {}
         self.xoff = np.zeros(self.n, dtype=np.uint64)
         self.xon = np.zeros(self.n, dtype=np.uint64)
-        self.xoff[self.qidx] = [q["profile"][5] for q in self.queues]
-        self.xon[self.qidx] = [q["xon_bytes"] for q in self.queues]
         self.pfc_rows = self.xoff > 0
         self.max_depth = np.zeros(self.n, dtype=np.uint64)
         self.asserted = np.zeros(self.n, dtype=bool)   # this queue has paused its feeders
@@ -201,6 +254,7 @@ class Agent:
         self.deadlock: dict | None = None
         self.stop_requested = False
         self.scheduling = "default"
+        self.controller: ControllerLink | None = None
         self._last_enq = np.zeros(self.n, dtype=np.uint64)
         self._last_deq = np.zeros(self.n, dtype=np.uint64)
         self._last_drop = np.zeros(self.n, dtype=np.uint64)
@@ -216,17 +270,32 @@ class Agent:
                 self.nl.sock(l["ns_pid"])
                 self.port_socks.open(l["ns_pid"], l["ifname"])
 
-    def apply_policy(self) -> None:
-        m, p = self.maps, self.plan
-        dscp = m.dscp_class
-        dscp[:NON_IP_KEY + 1] = p["dscp_class"]
-        dscp[FIRST_MINOR_KEY] = p["first_minor"]
-        for q in self.queues:
-            m.profiles[q["index"]] = tuple(q["profile"])
-        self._log({"event": "policy_applied", "queues": len(self.queues),
-                   "ecn_queues": int(sum(q["profile"][4] for q in self.queues)),
-                   "pfc_queues": int(sum(1 for q in self.queues if q["profile"][5])),
-                   "source": p.get("policy_source", "scenario")})
+    def apply_policy(self, msg: dict) -> None:
+        """A policy ("policy": everything) or an update ("update": the queues that changed, and
+        the pause map if it changed) from the controller, written into the BPF maps."""
+        m = self.maps
+        if "dscp_class" in msg:
+            m.dscp_class[:NON_IP_KEY + 1] = msg["dscp_class"]
+            m.dscp_class[FIRST_MINOR_KEY] = self.plan["first_minor"]
+        if "pause_map" in msg:
+            self.feeders = {self.key_index[k]: [self.key_leaf[u] for u in ups]
+                            for k, ups in msg["pause_map"].items()}
+        for key, q in msg["queues"].items():
+            ix = self.key_index[key]
+            m.profiles[ix] = tuple(q["profile"])
+            self.queues[self.plan_row[ix]].update(profile=q["profile"], xon_bytes=q["xon_bytes"])
+            self.xoff[ix], self.xon[ix] = q["profile"][5], q["xon_bytes"]
+        self.pfc_rows = self.xoff > 0
+        # A queue no longer lossless stops holding its upstreams back.
+        for row in np.flatnonzero(self.asserted & ~self.pfc_rows):
+            self.asserted[row] = False
+            for leaf in self.feeders.get(int(row), ()):
+                self._unpause(leaf, int(row), reason="policy")
+        rec = {"event": "policy_applied", "kind": msg["type"], "queues": len(msg["queues"]),
+               "ecn_queues": int(sum(q["profile"][4] for q in msg["queues"].values())),
+               "pfc_queues": int(sum(1 for q in msg["queues"].values() if q["profile"][5]))}
+        self._log(rec)
+        self.controller.send({"type": "applied", **{k: v for k, v in rec.items() if k != "event"}})
 
     # -- PFC ---------------------------------------------------------------------------------
 
@@ -301,9 +370,11 @@ class Agent:
                 continue
             self.watchdog_fired += 1
             rows = sorted(self.causes.get(leaf, ()))
-            self._log({"event": "watchdog", "node": self.leaves[leaf]["node"], "port": self.leaves[leaf]["ifname"],
-                       "class": self.leaves[leaf]["class"], "paused_ns": now - since,
-                       "causes": [self.queues[self.plan_row[r]]["ifname"] for r in rows]})
+            rec = {"node": self.leaves[leaf]["node"], "port": self.leaves[leaf]["ifname"],
+                   "class": self.leaves[leaf]["class"], "paused_ns": now - since,
+                   "causes": [self.queues[self.plan_row[r]]["ifname"] for r in rows]}
+            self._log({"event": "watchdog", **rec})
+            self.controller.send({"type": "watchdog", **rec})
             for row in rows:
                 self.ignored[row] = True
                 self.asserted[row] = False
@@ -337,9 +408,21 @@ class Agent:
                         "depth_bytes": int(q["depth_bytes"][r])} for r in cycle]
             self.deadlock = {"t_ns": now, "stuck_ms": (now - seen[0]) / 1e6, "cycle": members}
             self._log({"event": "deadlock", **self.deadlock})
+            self.controller.send({"type": "deadlock", **self.deadlock})
             (self.raw / "deadlock.json").write_text(json.dumps(self.deadlock, indent=1))
 
     # -- telemetry ---------------------------------------------------------------------------
+
+    def report(self, now: int, q: np.ndarray) -> None:
+        """A summary for the controller: the deepest queues, totals, what is paused."""
+        depth = q["depth_bytes"]
+        top = np.argsort(depth)[::-1][:3]
+        self.controller.send({
+            "type": "telemetry", "t_ns": now,
+            "deepest": [[self.queues[self.plan_row[r]]["ifname"], int(self.queues[self.plan_row[r]]["class"]),
+                         int(depth[r])] for r in top if depth[r] and self.plan_row[r] >= 0],
+            "marked": int(q["mark_pkts"].sum()), "dropped": int(q["drop_pkts"].sum()),
+            "paused_ports": len(self.causes), "pauses": self.pauses})
 
     def sample(self, now: int, q: np.ndarray) -> None:
         enq, deq, drop = q["enq_pkts"], q["deq_bytes"], q["drop_pkts"]
@@ -382,6 +465,9 @@ class Agent:
         next_flush = start + FLUSH_NS
         next_input = start
         inputs = InputBacklog({l["ifindex"]: l["ifname"] for l in self.leaves if l["switch"]})
+        next_report = start + REPORT_NS
+        engine_ready = self.raw / "engine_ready"
+        traffic_started = False
         polls = sweeps = 0
         late_samples = 0
         while not self.stop_requested:
@@ -402,7 +488,15 @@ class Agent:
                     self.check_deadlock(now, stuck_ns)
                 if watchdog_ns:
                     self.check_watchdog(now, watchdog_ns)
+                for msg in self.controller.receive(timeout_s=None):
+                    self.apply_policy(msg)
+                if not traffic_started and engine_ready.exists():
+                    traffic_started = True
+                    self.controller.send({"type": "traffic_started", "t_ns": now})
                 next_deadlock = now + DEADLOCK_CHECK_NS
+            if now >= next_report:
+                self.report(now, view)
+                next_report = now + REPORT_NS
             if now >= next_input:
                 inputs.sample()
                 next_input = now + INPUT_SAMPLE_NS
@@ -436,6 +530,8 @@ class Agent:
                             "max": float(react.max() / 1e3) if len(react) else None},
             "deadlock": self.deadlock,
             "ovs_input_backlog": inputs.result(),
+            "controller_lost": self.controller.lost,
+            "queues": self.queues,
             "queues_end": [{"row": r, "port": self.queues[r]["ifname"], "node": self.queues[r]["node"],
                             "class": self.queues[r]["class"], "max_depth_bytes": int(self.max_depth[qidx[r]]),
                             "depth_bytes": int(q_end["depth_bytes"][r]),
@@ -452,6 +548,7 @@ class Agent:
         self.telemetry.close()
         self.nl.close()
         self.port_socks.close()
+        self.controller.close()
 
 
 def main(argv=None) -> int:
@@ -476,8 +573,12 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     raw = Path(plan["out_dir"]) / "raw"
+    agent.controller = ControllerLink(plan["controller_socket"])
+    first = agent.controller.receive(timeout_s=30.0)
+    if not first or first[0]["type"] != "policy":
+        raise SystemExit(f"the controller sent no port policy (got {first!r})")
+    agent.apply_policy(first[0])
     agent.open_sockets()
-    agent.apply_policy()
     (raw / "agent_ready").write_text(str(os.getpid()))
     try:
         stats = agent.run()

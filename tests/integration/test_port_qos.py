@@ -1,14 +1,15 @@
 """Port QoS on real runs (root): ECN marking follows its RED profile per packet, PFC makes an
 incast lossless with pauses spreading upstream and head-of-line blocking a victim, priority
 queuing protects an AllReduce from bulk traffic, and PFC on a torus ring without a dateline
-deadlocks (detected, reported, the run ending cleanly) while the dateline avoids it."""
+deadlocks (detected, reported, the run ending cleanly) while the dateline avoids it; the controller's QoS app sends the policy and changes it at run time."""
 import json
 import math
+import subprocess
 
 import pandas as pd
 import pytest
 
-from helpers import run_dirs, run_testbed, summary_of
+from helpers import ROOT, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -107,3 +108,31 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
     assert ok["status"] == "ok", ok["problems"]
     assert ok["collective"]["iterations_complete"] == 1
     assert ok["qos"]["pfc"]["deadlock"] is None and ok["qos"]["pfc"]["pauses"] > 0
+
+
+def test_controller_changes_the_policy_at_run_time(tmp_path):
+    # incast-ecn whose controller turns marking off 0.25 s into the traffic
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    text = (ROOT / "scenarios" / "incast-ecn.toml").read_text()
+    (scenarios / "ecn-change.toml").write_text(
+        text + '\n[[policy_changes]]\nat_s = 0.25\nclass_name = "roce"\nfield = "ecn"\nvalue = false\n')
+    out = subprocess.run(cli_argv("run", "ecn-change"), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**env_with_results(tmp_path), "TESTBED_SCENARIO_DIR": str(scenarios)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    run_dir = run_dirs(tmp_path)[-1]
+    ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in ctl]
+    assert "qos_policy_sent" in kinds and "qos_traffic_started" in kinds and "qos_telemetry" in kinds
+    (changed,) = [e for e in ctl if e["event"] == "qos_policy_changed"]
+    assert changed["field"] == "ecn" and changed["value"] is False and changed["queues_changed"] > 0
+    started = next(e["t_ns"] for e in ctl if e["event"] == "qos_traffic_started")
+    assert 0.25e9 <= changed["t_ns"] - started < 0.3e9
+    agent = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
+    (applied,) = [e for e in agent if e["event"] == "policy_applied" and e["kind"] == "update"]
+    # marks before the change, none after it took effect
+    tel = pd.read_parquet(run_dir / "queues.parquet")
+    port = tel[(tel["port"] == "leaf0-eth1") & (tel["class"] == 1)].sort_values("t_ns")
+    before = port[port["t_ns"] <= applied["t_ns"]]["mark_pkts"].max()
+    after = port[port["t_ns"] > applied["t_ns"] + 1_000_000]["mark_pkts"]
+    assert before > 0 and len(after) and (after == before).all()

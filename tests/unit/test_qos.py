@@ -119,3 +119,32 @@ def test_class_table_errors_name_the_class_and_field():
     with pytest.raises(InputError) as e:
         load_document("x", {"classes": [{"name": "a", "default": True, "colour": "red"}]}, "x.toml")
     assert e.value.field == "classes[0].colour"
+
+
+def test_policy_names_every_switch_queue_and_pauses_by_name():
+    sc = load_scenario("incast-pfc")
+    fabric = build_fabric(sc.fabric)
+    pol = qos.policy(sc, fabric, compute_routes(fabric, "shortest_path"))
+    n_switch_ports = sum(len(p) for p in fabric.ports.values())
+    assert len(pol["queues"]) == n_switch_ports * len(sc.classes)
+    assert set(pol["pause_map"]["leaf0-eth1:1"]) >= {"h0_1-eth0:1", "h0_4-eth0:1"}
+    assert all(k.endswith(":1") for k in pol["pause_map"])  # only the lossless class pauses
+    off = qos.policy(sc.with_class_change("roce", "pfc", False), fabric, compute_routes(fabric, "shortest_path"))
+    assert off["pause_map"] == {} and off["queues"]["leaf0-eth1:1"]["profile"][5] == 0
+
+
+def test_scenario_round_trips_through_json_and_policy_changes_are_checked():
+    import json
+    from testbed.errors import InputError
+    from testbed.scenario import Scenario, load_document
+    sc = load_scenario("pfc-deadlock-torus")
+    assert Scenario.from_dict(json.loads(json.dumps(sc.to_dict()))) == sc
+    ok = load_document("x", {"policy_changes": [{"at_s": 1, "class_name": "roce", "field": "ecn_kmin_bytes",
+                                                 "value": "64KiB"}]}, "x.toml")
+    assert ok.policy_changes[0].value == 65536
+    for change, field in (({"class_name": "nope", "field": "ecn"}, "policy_changes[0].class_name"),
+                          ({"class_name": "roce", "field": "dscp"}, "policy_changes[0].field"),
+                          ({"class_name": "roce", "field": "ecn", "value": 3}, "policy_changes[0].value")):
+        with pytest.raises(InputError) as e:
+            load_document("x", {"policy_changes": [change]}, "x.toml")
+        assert e.value.field == field

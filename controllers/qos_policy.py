@@ -1,0 +1,100 @@
+"""Port QoS policy: the controller's side of priority queuing, ECN and PFC.
+
+The switches' fast loops (per-packet marking, XOFF/XON within a millisecond) run in the data
+path and the switch agent (testbed/switch_agent.py); this app owns what they do. When the agent
+connects (a Unix socket in the abstract namespace, name from --param agent_socket), the app
+computes the policy from the scenario's classes and its own routes (testbed.qos.policy: DSCP map,
+per-queue buffers, ECN profiles, XOFF/XON, the pause map) and sends it; it logs every decision
+and what the agent reports (policy applied, telemetry summaries at 10 Hz, deadlocks, watchdog
+firings) to the controller's event log. The scenario's [[policy_changes]] are its run-time
+decisions: at each change's time after traffic starts it recomputes the policy and sends the
+queues that changed.
+
+Parameters: scenario=<resolved scenario JSON>, agent_socket=<abstract socket name>, routing=...
+"""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import traceback
+
+from os_ken.base import app_manager
+
+from testbed import qos
+from testbed.routing import compute_routes
+from testbed.scenario import Scenario
+
+ACCEPT_TIMEOUT_S = 600.0
+
+
+class QosPolicy(app_manager.OSKenApp):
+    def __init__(self, *args, testbed, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.event_log = testbed.events
+        self.fabric = testbed.fabric
+        params = testbed.params
+        with open(params["scenario"]) as f:
+            self.sc = Scenario.from_dict(json.load(f))
+        self.table = compute_routes(self.fabric, self.sc.controller.routing)
+        # Listening before the launcher reports the controller up: the agent may connect at once.
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind("\0" + params["agent_socket"])
+        self.listener.listen(1)
+        self.policy = None
+        threading.Thread(target=self._serve, name="qos-policy", daemon=True).start()
+
+    def _send(self, conn, msg: dict) -> None:
+        conn.sendall((json.dumps(msg) + "\n").encode())
+
+    def _serve(self) -> None:
+        try:
+            self.listener.settimeout(ACCEPT_TIMEOUT_S)
+            conn, _ = self.listener.accept()
+            self.policy = qos.policy(self.sc, self.fabric, self.table)
+            self._send(conn, {"type": "policy", **self.policy})
+            self.event_log.write("qos_policy_sent", scheduling=self.sc.qos.scheduling,
+                                 classes=[c.name for c in self.sc.classes], queues=len(self.policy["queues"]),
+                                 ecn_queues=sum(q["profile"][4] for q in self.policy["queues"].values()),
+                                 pfc_queues=len(self.policy["pause_map"]))
+            self._listen(conn)
+        except Exception as e:  # the runner fails the run on an app_error
+            self.event_log.write("app_error", handler="qos_policy", error=repr(e), traceback=traceback.format_exc())
+
+    def _listen(self, conn) -> None:
+        pending = sorted(self.sc.policy_changes, key=lambda c: c.at_s)
+        started_ns = None
+        buf = b""
+        conn.settimeout(0.01)
+        while True:
+            try:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    self.event_log.write("qos_agent_disconnected")
+                    return
+                buf += chunk
+            except socket.timeout:
+                pass
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = json.loads(line)
+                kind = msg.pop("type")
+                if kind == "traffic_started":
+                    started_ns = msg["t_ns"]
+                self.event_log.write(f"qos_{kind}", **msg)
+            while pending and started_ns is not None and \
+                    time.monotonic_ns() - started_ns >= pending[0].at_s * 1e9:
+                self._change(conn, pending.pop(0))
+
+    def _change(self, conn, change) -> None:
+        self.sc = self.sc.with_class_change(change.class_name, change.field, change.value)
+        new = qos.policy(self.sc, self.fabric, self.table)
+        changed = {k: v for k, v in new["queues"].items() if self.policy["queues"].get(k) != v}
+        msg = {"type": "update", "queues": changed}
+        if new["pause_map"] != self.policy["pause_map"]:
+            msg["pause_map"] = new["pause_map"]
+        self.policy = new
+        self._send(conn, msg)
+        self.event_log.write("qos_policy_changed", class_name=change.class_name, field=change.field,
+                             value=change.value, queues_changed=len(changed))
