@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_NEWQDISC
 from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
@@ -233,6 +234,9 @@ class Agent:
         self.xon_frames = [pfc_frame(c, 0) for c in range(8)]
         self.port_socks = PortSockets()
         self.leaf_queue = {i: l["queue"] for i, l in enumerate(self.leaves) if l["queue"] >= 0}
+        self.queue_leaf = {ix: i for i, ix in self.leaf_queue.items()}
+        self._check_enq = self._check_deq = np.zeros(self.n, dtype=np.uint64)
+        self._ipr: IPRoute | None = None
         # The controller names queues "<interface>:<class>" (testbed.qos.queue_key).
         self.key_index = {queue_key(q["ifname"], q["class"]): q["index"] for q in self.queues}
         self.key_leaf = {queue_key(l["ifname"], l["class"]): i for i, l in enumerate(self.leaves)}
@@ -411,6 +415,32 @@ class Agent:
             self.controller.send({"type": "deadlock", **self.deadlock})
             (self.raw / "deadlock.json").write_text(json.dumps(self.deadlock, indent=1))
 
+    # -- depth reconciliation ----------------------------------------------------------------
+
+    def resync_stale(self, q: np.ndarray) -> None:
+        """A queue whose frames vanished without reaching the far end (a link taken down resets
+        its qdisc) would keep a depth forever. Suspects: unchanged counters since the last look,
+        a depth, and not paused; the kernel's own backlog of the leaf decides."""
+        enq, deq = q["enq_pkts"].copy(), q["deq_pkts"].copy()
+        suspect = (enq == self._check_enq) & (deq == self._check_deq) & (q["depth_bytes"] > 0)
+        self._check_enq, self._check_deq = enq, deq
+        rows = [int(r) for r in np.flatnonzero(suspect)
+                if self.plan_row[r] >= 0 and self.queue_leaf[int(r)] not in self.causes]
+        if not rows:
+            return
+        if self._ipr is None:
+            self._ipr = IPRoute()
+        for r in rows:
+            leaf = self.leaves[self.queue_leaf[r]]
+            kernel = next((m for m in self._ipr.get_qdiscs(index=leaf["ifindex"])
+                           if m["handle"] == leaf["handle"]), None)
+            stats = kernel.get_nested("TCA_STATS2", "TCA_STATS_QUEUE") if kernel is not None else None
+            if stats is not None and stats.get("qlen", 1) == 0:
+                stale = int(q["depth_bytes"][r])
+                q["depth_bytes"][r] = 0
+                self._log({"event": "depth_resync", "port": leaf["ifname"], "class": leaf["class"],
+                           "stale_bytes": stale})
+
     # -- telemetry ---------------------------------------------------------------------------
 
     def report(self, now: int, q: np.ndarray) -> None:
@@ -496,6 +526,7 @@ class Agent:
                 next_deadlock = now + DEADLOCK_CHECK_NS
             if now >= next_report:
                 self.report(now, view)
+                self.resync_stale(view)
                 next_report = now + REPORT_NS
             if now >= next_input:
                 inputs.sample()
@@ -549,6 +580,8 @@ class Agent:
         self.nl.close()
         self.port_socks.close()
         self.controller.close()
+        if self._ipr is not None:
+            self._ipr.close()
 
 
 def main(argv=None) -> int:

@@ -65,3 +65,7 @@ def test_collective_completes_after_a_link_on_its_ring_fails(tmp_path):
     assert s["packets"]["lost"] > 0 and s["packets"]["retransmitted"] > 0
     started = events(run_dir, "reroute_started")
     assert any(e["down_links"] == ["s0_0_1-s0_0_2"] and e["routes_changed"] > 0 for e in started)
+    # the switch agent's queue depths end at zero: frames lost with a downed port's queue are not
+    # left counted (the agent reconciles with the kernel's backlog)
+    agent = json.loads((run_dir / "raw" / "agent.json").read_text())
+    assert all(q["depth_bytes"] == 0 for q in agent["queues_end"]), agent["queues_end"]
