@@ -160,7 +160,13 @@ def analyze(run_dir: Path) -> dict:
     received = int(pkts["rx_ns"].notna().sum())
     lat_us = pkts["latency_ns"].astype("float64") / 1e3
     queues = _read_json(raw / "queues_end.json") if (raw / "queues_end.json").exists() else []
-    qdisc_drops = int(sum(q["drops"] for q in queues))
+    fabric_doc = _read_json(raw / "fabric.json")
+    switches = {sw["name"] for sw in fabric_doc["switches"]}
+    # A host NIC's leaf "drops" what the engine offered while it was full (paused): the engine got
+    # ENOBUFS and kept the packet, so only switch ports' leaf drops are losses.
+    qdisc_drops = int(sum(q["drops"] for q in queues if q["node"] in switches))
+    # Packets still in a queue when the traffic ended (a spurious retransmission behind a pause).
+    queued_at_end = int(sum(q["qlen"] for q in queues))
     ovs_ports = _read_json(raw / "ovs_ports_end.json") if (raw / "ovs_ports_end.json").exists() else {}
     # Packets Open vSwitch took in on the fabric's ports but never sent out: pipeline drops and
     # sends the kernel refused (OVS drops those silently). Includes any non-RoCE packet it dropped.
@@ -193,7 +199,8 @@ def analyze(run_dir: Path) -> dict:
     lost_to_faults = int((in_fault & pkts["rx_ns"].isna()).sum())
     qos = qos_summary(raw, duration_s)
     buffer_drops = qos["queues"]["buffer_drops"] if qos else 0
-    counted_drops = qdisc_drops + buffer_drops + ovs_dropped + ovs_socket_drops + socket_drops + lost_to_faults
+    counted_drops = (qdisc_drops + buffer_drops + ovs_dropped + ovs_socket_drops + socket_drops + lost_to_faults
+                     + queued_at_end)
     lost = sent - received
     if sent != received and not reliable:
         problems.append(f"{lost} of {sent} packets lost "
@@ -204,7 +211,7 @@ def analyze(run_dir: Path) -> dict:
     if unexplained > 0 and engine["reason"] in ("complete", "stalled"):
         problems.append(f"{unexplained} lost packets are not accounted for: {lost} data packets lost, drops "
                         f"counted {counted_drops} (port buffers {buffer_drops}, leaf qdiscs {qdisc_drops}, "
-                        f"inside Open vSwitch {ovs_dropped}, "
+                        f"still queued at the end {queued_at_end}, inside Open vSwitch {ovs_dropped}, "
                         f"Open vSwitch receive sockets {ovs_socket_drops}, receiver sockets {socket_drops}, "
                         f"in flight on failed links {lost_to_faults})")
     fidelity_notes = []
@@ -253,7 +260,8 @@ def analyze(run_dir: Path) -> dict:
                     "timeouts": int(sum(f["timeouts"] for f in engine["flows"])),
                     "acks": int(sum(h["acks_tx"] for h in engine["hosts"])),
                     "port_buffer_drops": buffer_drops,
-                    "qdisc_drops": qdisc_drops, "receiver_socket_drops": socket_drops,
+                    "qdisc_drops": qdisc_drops, "queued_at_end": queued_at_end,
+                    "receiver_socket_drops": socket_drops,
                     "dropped_inside_ovs": ovs_dropped,
                     "ovs_rx_socket_drops": ovs_socket_drops,
                     "lost_on_failed_links": lost_to_faults,
@@ -282,6 +290,6 @@ def analyze(run_dir: Path) -> dict:
         summary["status"] = "deadlock"
         summary["problems"].append(f"PFC deadlock: a cycle of {len(qos['pfc']['deadlock']['cycle'])} paused queues "
                                    f"made no progress for {qos['pfc']['deadlock']['stuck_ms']:.0f} ms")
-    summary["switch_tx_packets"] = switch_tx_packets(queues, _read_json(raw / "fabric.json"))
+    summary["switch_tx_packets"] = switch_tx_packets(queues, fabric_doc)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

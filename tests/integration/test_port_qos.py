@@ -103,10 +103,10 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
     assert len(cycle) == 8 and all(m["depth_bytes"] > 0 for m in cycle)
     assert (run_dir / "raw" / "deadlock.json").exists()
     _, ok = run_one(tmp_path, "pfc-deadlock-torus", "controller.dateline=true")
-    # completes: every message delivered (go-back-N repairs the few frames a late pause lets
-    # overflow; the summary counts them), no deadlock
+    # completes, losslessly, with pauses and no deadlock
     assert ok["status"] == "ok", ok["problems"]
     assert ok["collective"]["iterations_complete"] == 1
+    assert ok["packets"]["lost"] == 0 and ok["packets"]["retransmitted"] == 0, ok["packets"]
     assert ok["qos"]["pfc"]["deadlock"] is None and ok["qos"]["pfc"]["pauses"] > 0
 
 
