@@ -7,6 +7,7 @@ Every link end (switch port or host NIC) gets the same egress tree, one leaf per
       class 1:1   rate = the link's rate, burst = cburst = htb_burst_bytes
         class 1:1c  prio / rate / ceil from the scheduling (strict, weighted or fifo)
           qdisc 2c: tbf  <- the class's buffer; its rate is what a PFC pause changes
+                         (a bfifo when the scenario has no PFC: cheaper, nothing to pause)
 
 On switch ports the filter is port_enqueue (tail drop at the class buffer, ECN marking, queue
 accounting); on host NICs host_enqueue (classification only). Every link end also runs
@@ -21,10 +22,16 @@ import subprocess
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
+from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.bpfmaps import MAX_CLASSES, PortQosObject
 from testbed.netns import netns_of
 from testbed.qos import PortLayout
+
+# bfifo takes the same option struct as pfifo (struct tc_fifo_qopt { u32 limit; }), in bytes;
+# pyroute2 0.9 only registers the pfifo name.
+_tc_plugins.setdefault("bfifo", sched_pfifo)
 
 ROOT_HANDLE = 0x10000
 CLASS_HANDLE = 0x10001
@@ -122,8 +129,12 @@ class PortManager:
                          rate=f"{hc.rate_bps:.0f}bit", ceil=f"{hc.ceil_bps:.0f}bit", prio=hc.prio,
                          quantum=hc.quantum_bytes, burst=c.htb_burst_bytes, cburst=c.htb_burst_bytes,
                          mtu=c.mtu_bytes + 14)
-                p.ipr.tc("add", "tbf", p.index, leaf_handle(cls), parent=ROOT_HANDLE | hc.minor,
-                         **self.tbf_running(p, cls))
+                if layout.pausable:
+                    p.ipr.tc("add", "tbf", p.index, leaf_handle(cls), parent=ROOT_HANDLE | hc.minor,
+                             **self.tbf_running(p, cls))
+                else:
+                    p.ipr.tc("add", "bfifo", p.index, leaf_handle(cls), parent=ROOT_HANDLE | hc.minor,
+                             limit=self.tbf_running(p, cls)["limit"])
             prog = "port_enqueue" if p.is_switch else "host_enqueue"
             # classid 1:0 gives the program's 16-bit class minor its major (testbed/bpf)
             p.ipr.tc("add-filter", "bpf", p.index, ":1", fd=self.bpf.prog_fd[prog], name=prog,
@@ -159,6 +170,7 @@ class PortManager:
                             "ns_pid": p.ns_pid, "ifindex": p.index, "handle": leaf_handle(cls),
                             "parent": ROOT_HANDLE | leaf_minor(cls), "switch": p.is_switch,
                             "queue": p.slot * MAX_CLASSES + cls if p.is_switch else -1,
+                            "pausable": self.config.layout.pausable,
                             "running": self.tbf_running(p, cls), "paused": self.tbf_paused(p, cls)})
         return out
 

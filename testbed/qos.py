@@ -67,6 +67,7 @@ class PortLayout:
     buffers_bytes: tuple[int, ...]
     default_class: int
     frame_bytes: int
+    pausable: bool = True  # TBF leaves (PFC can pause them); else byte FIFOs, which cost less
 
     def htb_classes(self, link_bps: float) -> list[HtbClass]:
         if self.scheduling == "weighted":
@@ -82,7 +83,7 @@ def port_layout(sc: Scenario) -> PortLayout:
     return PortLayout(scheduling=sc.qos.scheduling, weights=tuple(c.weight for c in sc.classes),
                       buffers_bytes=tuple(c.buffer_bytes or sc.fabric.queue_limit_bytes for c in sc.classes),
                       default_class=next(i for i, c in enumerate(sc.classes) if c.default),
-                      frame_bytes=frame_bytes(sc))
+                      frame_bytes=frame_bytes(sc), pausable=sc.qos.pfc)
 
 
 def frame_bytes(sc: Scenario) -> int:

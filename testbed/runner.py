@@ -19,7 +19,7 @@ from testbed.controller import Controller
 from testbed.cpu import CpuMeter
 from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
-from testbed.ports import PortConfig
+from testbed.ports import PortConfig, leaf_minor
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.runstate import RunLock, RunRecord, clean_stale
 from testbed.scenario import Scenario, build_fabric
@@ -64,8 +64,11 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
                 "ecn": "per packet, RED profile on the exact queue depth, in a cls_bpf program at enqueue "
                        "(kernel red/prio absent here; one mechanism on every kernel keeps runs comparable)"
                        if sc.qos.ecn else "off",
-                "pfc": "switch agent: XOFF/XON on the exact queue depth, pause = tbf rate change on the "
-                       "upstream class leaf over netlink" if sc.qos.pfc else "off",
+                "pfc": "switch agent: XOFF/XON on the exact queue depth; pause = tbf rate change on the "
+                       "upstream class leaf over netlink, resume = rate back plus an 802.1Qbb XON frame"
+                       if sc.qos.pfc else "off",
+                "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
+                              f"routes, sends it to the switch agent, logs its reports and decisions",
                 "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
                 "offloads": "off on every veth" if datapath == "user" else "unchanged",
                 "traffic": "one engine process, AF_PACKET socket per host opened in its namespace, "
@@ -210,7 +213,7 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
     return {
         "out_dir": out_dir, "controller_socket": agent_socket,
         "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name != "port_slot"},
-        "first_minor": 0x10,
+        "first_minor": leaf_minor(0),
         "poll_hz": sc.qos.agent_poll_hz, "telemetry_hz": sc.qos.telemetry_hz,
         "deadlock_detect_ms": sc.qos.deadlock_detect_ms, "watchdog_ms": sc.qos.pfc_watchdog_ms,
         "queues": queues, "leaves": leaves,

@@ -231,7 +231,8 @@ class Agent:
         self.plan_row = np.full(self.n, -1, dtype=np.int64)
         self.plan_row[self.qidx] = np.arange(len(self.qidx))
         self.leaves = plan["leaves"]                      # every pausable leaf
-        self.leaf_msgs = [(tbf_message(l, l["paused"]), tbf_message(l, l["running"])) for l in self.leaves]
+        self.leaf_msgs = [(tbf_message(l, l["paused"]), tbf_message(l, l["running"])) if l["pausable"] else None
+                          for l in self.leaves]
         self.xon_frames = [pfc_frame(c, 0) for c in range(8)]
         self.port_socks = PortSockets()
         self.leaf_queue = {i: l["queue"] for i, l in enumerate(self.leaves) if l["queue"] >= 0}
