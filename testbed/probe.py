@@ -64,7 +64,7 @@ def machine() -> dict:
             "mem_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
 
 
-SOCKET_BUFFER_MINIMUMS = {"wmem_default": 32 << 20, "rmem_default": 4 << 20}
+SOCKET_BUFFER_MINIMUMS = {"wmem_default": 128 << 20, "rmem_default": 4 << 20}
 
 
 def socket_buffers_too_small() -> list[str]:
@@ -78,7 +78,22 @@ def socket_buffers_too_small() -> list[str]:
             have = 0
         if have < want:
             bad.append(f"net.core.{name} is {have}, needs {want}")
+    tb = ovs_send_buffer_bytes()
+    if tb is not None and tb < SOCKET_BUFFER_MINIMUMS["wmem_default"]:
+        bad.append(f"ovs-vswitchd's send socket has {tb} bytes (it started before the sysctl was raised)")
     return bad
+
+
+def ovs_send_buffer_bytes() -> int | None:
+    """The send buffer of ovs-vswitchd's one packet socket that is bound to no interface (its
+    sends), as sock_diag reports it (`ss`); None if not found."""
+    out = subprocess.run(["ss", "-0", "-m", "-p", "-n", "-H"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "ovs-vswitchd" in line and "[0]:*" in line and "skmem:(" in line:
+            for m in line.split("skmem:(", 1)[1].split(")", 1)[0].split(","):
+                if m.startswith("tb") and m[2:].isdigit():
+                    return int(m[2:])
+    return None
 
 
 OVS_DROP_COUNTERS = ("drop_action_of_pipeline", "datapath_drop_upcall_error",

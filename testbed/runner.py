@@ -145,7 +145,6 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 if agent.proc.returncode not in (0, None):
                     raise RunFailed(f"the switch agent failed (exit {agent.proc.returncode}); log:\n"
                                     f"{agent.log_tail()}")
-                (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
                 (raw / "ovs_ports_end.json").write_text(json.dumps(net.ovs_port_stats()))
                 (raw / "ovs_socket_drops_end.json").write_text(json.dumps(net.ovs_socket_drops()))
                 (raw / "flows_end.json").write_text(json.dumps(net.flow_stats()))
@@ -270,6 +269,9 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> N
         finally:
             faults.close()
         manifest["cpu"] = cpu.end()
+        # What is still queued when the traffic ends, before the agent resumes paused ports and
+        # they drain toward hosts that no longer listen.
+        (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
         agent.stop()
         drops1 = probe.ovs_drop_counters()
         manifest["ovs_drops_during_traffic"] = {k: drops1[k] - drops0[k] for k in drops0}
