@@ -8,13 +8,14 @@ SET_ARGS := $(foreach s,$(SET),--set $(s))
 
 .PHONY: setup host venv bpf scenario test test-unit clean-state list
 
+# venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf
 
 # The per-packet port program (ECN marking, buffer accounting): clang's BPF target; the
 # multiarch include dir holds the kernel UAPI headers' asm/ for this machine.
 BPF_OBJ := build/port_qos.bpf.o
 bpf: $(BPF_OBJ)
-$(BPF_OBJ): testbed/bpf/port_qos.bpf.c
+$(BPF_OBJ): testbed/bpf/port_qos.bpf.c | host
 	@mkdir -p build
 	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) -c $< -o $@
 
@@ -23,7 +24,7 @@ host:
 
 # Mininet's module exists only for Debian's /usr/bin/python3, so the venv is built from it.
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml | host
 	@test -x /usr/bin/python3 || { echo "need /usr/bin/python3 (Debian python3)"; exit 1; }
 	/usr/bin/python3 -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'

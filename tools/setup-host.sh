@@ -41,7 +41,9 @@ if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
   /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
 else
   # The send socket took its size when ovs-vswitchd started: restart it if it is too small.
-  tb=$(ss -0 -m -p -n -H 2>/dev/null | grep 'ovs-vswitchd' | grep -F '[0]:*' | grep -o 'tb[0-9]*' | head -1 | tr -d tb)
+  # A fresh ovs-vswitchd opens that socket at its first send; none yet means it will take the
+  # raised wmem_default then, so an empty answer is fine (and must not trip pipefail).
+  tb=$(ss -0 -m -p -n -H 2>/dev/null | grep 'ovs-vswitchd' | grep -F '[0]:*' | grep -o 'tb[0-9]*' | head -1 | tr -d tb || true)
   if [ -n "$tb" ] && [ "$tb" -lt "$(sysctl -n net.core.wmem_default)" ]; then
     echo "setup: restarting ovs-vswitchd so its send socket gets the larger buffer"
     /usr/share/openvswitch/scripts/ovs-ctl restart --system-id=random >/dev/null
