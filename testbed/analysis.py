@@ -1,7 +1,10 @@
 """Analysis of a run folder, re-runnable: raw files in, tables and summary.json out.
 
     packets.parquet     one row per packet sent: flow, msg, seq, psn, tx_ns, rx_ns, bytes, ecn
-    messages.parquet    one row per message (a collective step): timing from release to arrival
+    messages.parquet    one row per message (a collective step): timing from release to arrival,
+                        FCT (release to fully acknowledged), payload bytes delivered
+    flows.parquet       one row per queue pair: retransmissions, NAKs, timeouts, CNPs, rate cuts
+    qp_events.parquet   every NAK, go-back, timeout, CNP and DCQCN rate change, per queue pair
     iterations.parquet  one row per collective iteration: time, analytical bound, ratio
     summary.json        the numbers a user reads first (schema below, SUMMARY_VERSION)
 """
@@ -17,6 +20,7 @@ from testbed import records
 from testbed.collectives import bound_formula, bound_s
 from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import qos_summary
+from testbed.transport_analysis import transport_summary
 
 SUMMARY_VERSION = 1
 # Fidelity thresholds: the run says it could not keep up when any is crossed.
@@ -55,10 +59,12 @@ def message_table(raw: Path) -> pd.DataFrame:
     df = sched.join(timing.drop(columns=["bytes"]))
     df.index.name = "msg"
     df = df.reset_index()
-    for col in ("release_ns", "first_tx_ns", "last_tx_ns", "complete_ns"):
+    for col in ("release_ns", "first_tx_ns", "last_tx_ns", "complete_ns", "acked_ns"):
         df[col] = df[col].where(df[col] > 0).astype("Int64")
     df["complete"] = df["recv_packets"] >= df["packets"]
     df["duration_ns"] = df["complete_ns"] - df["release_ns"]
+    # flow completion as the sender's work completion sees it: release to the last byte acknowledged
+    df["fct_ns"] = df["acked_ns"] - df["release_ns"]
     return df
 
 
@@ -291,5 +297,20 @@ def analyze(run_dir: Path) -> dict:
         summary["problems"].append(f"PFC deadlock: a cycle of {len(qos['pfc']['deadlock']['cycle'])} paused queues "
                                    f"made no progress for {qos['pfc']['deadlock']['stuck_ms']:.0f} ms")
     summary["switch_tx_packets"] = switch_tx_packets(queues, fabric_doc)
+    tel = pd.read_parquet(run_dir / "queues.parquet") if (run_dir / "queues.parquet").exists() else None
+    class_names = ({int(c): n for c, n in tel[["class", "class_name"]].drop_duplicates().itertuples(index=False)}
+                   if tel is not None and not tel.empty else {})
+    tr = transport_summary(run_dir, pkts, msgs, _read_json(raw / "plan.json"), engine, tel, class_names,
+                           summary["fidelity"]["cores_used"], duration_s)
+    summary["transport"] = tr
+    if tr["messages_with_wrong_bytes"]:
+        summary["problems"].append(f"{tr['messages_with_wrong_bytes']} messages completed with the wrong "
+                                   f"number of payload bytes")
+        summary["status"] = "failed"
+    if tr["agents"]["receiver_socket_drops"]:
+        summary["fidelity"]["notes"].append(
+            f"the engine's receive sockets dropped {tr['agents']['receiver_socket_drops']} packets: "
+            f"the traffic agents could not keep up")
+        summary["fidelity"]["verdict"] = "could_not_keep_up"
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -60,6 +60,29 @@ def print_summary(s: dict, run_dir: Path) -> None:
                       f"{ib['max_bytes'] // 1024} / {ib['busy_samples'] / ib['samples']:.1%}")
         tel = q["telemetry"]
         t.add_row("telemetry rate (Hz) / agent cores", f"{tel['achieved_hz']:.0f} / {tel['agent_cores']:.2f}")
+    tr = s.get("transport")
+    if tr:
+        cc = tr["cc"]
+        if tr["dcqcn"]:
+            d = tr["dcqcn"]
+            cc += f" ({d['time_scale']:g}x time-dilated: CNP interval {d['cnp_interval_ns'] / 1e6:g} ms)"
+        t.add_row("congestion control", cc)
+        t.add_row("CNPs sent / rate cuts", f"{tr['cnps_sent']} / {tr['rate_cuts']}")
+        t.add_row("retransmitted (packets / KiB) / NAKs / timeouts",
+                  f"{tr['retransmitted_packets']} / {tr['retransmitted_bytes'] // 1024} / {tr['naks']} / "
+                  f"{tr['timeouts']}")
+        st = tr["steady_state"]
+        if st:
+            t.add_row(f"steady state ({st['duration_s']:.2f} s): Jain index / total Mb/s",
+                      f"{_fmt(st['jain_index'])} / {st['total_mbps']:.1f}")
+            bq = st["bottleneck_queue"]
+            if bq:
+                t.add_row(f"  {bq['port']} {bq['class_name']} queue p50 / p99 / run max (KB)",
+                          f"{bq['p50_bytes'] / 1e3:.0f} / {bq['p99_bytes'] / 1e3:.0f} / {bq['run_max_bytes'] / 1e3:.0f}")
+        ag = tr["agents"]
+        t.add_row("engine: packets/s (busiest host) / cores vs ovs-vswitchd",
+                  f"{ag['packets_per_s']:.0f} ({ag['max_host_pps']:.0f}) / "
+                  f"{_fmt(ag['engine_cores'], '{:.2f}')} vs {_fmt(ag['ovs_vswitchd_cores'], '{:.2f}')}")
     for b in s.get("background", []):
         t.add_row(f"{b['tag']} {b['src']}->{b['dst']} FCT (s) / slowdown",
                   f"{_fmt(b['fct_s'])} / {_fmt(b['slowdown'], '{:.2f}')}")
@@ -136,12 +159,12 @@ def main(argv=None) -> int:
     except (RunFailed, Busy) as e:
         console.print(f"[bold red]failed[/]: {e}", highlight=False)
         return e.exit_code
+    except Terminated:  # before KeyboardInterrupt, its base class
+        console.print("terminated; everything the run created was removed")
+        return Terminated.exit_code
     except KeyboardInterrupt:
         console.print("interrupted; everything the run created was removed")
         return 130
-    except Terminated:
-        console.print("terminated; everything the run created was removed")
-        return Terminated.exit_code
 
 
 if __name__ == "__main__":

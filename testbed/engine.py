@@ -6,7 +6,9 @@ Each host gets an AF_PACKET socket opened inside its namespace (then used from h
 loop releases messages when their dependencies have arrived, paces every host's sends to
 its link rate, sends prebuilt RoCEv2 frames as bytes, and timestamps every arrival. Each
 flow is a queue pair running go-back-N (testbed.transport) unless the plan turns
-reliability off. Raw per-packet records stream to OUT/raw/tx.bin and rx.bin (testbed.records).
+reliability off; with DCQCN on, receivers send CNPs for CE-marked packets and each queue pair
+is paced to its own DCQCN rate. Raw per-packet records stream to OUT/raw/tx.bin and rx.bin,
+and every queue pair's recoveries, CNPs and rate changes to qp_events.bin (testbed.records).
 """
 from __future__ import annotations
 
@@ -22,15 +24,18 @@ import socket
 import struct
 import sys
 import time
+import zlib
 from collections import deque
 from pathlib import Path
 
 from testbed import records
 from testbed.netns import netns_of
-from testbed.packets import (AETH_STRUCT, BTH_OFF, IP_OFF, PAYLOAD_HEADER_LEN, PAYLOAD_MAGIC, PAYLOAD_OFF,
-                             PAYLOAD_STRUCT, PSN_OFF, PSN_STRUCT, QPN_BASE, QPN_STRUCT, RC_ACKNOWLEDGE,
-                             RC_SEND_ONLY, ROCE_SOCKET_FILTER, ROCE_UDP_PORT, AckTemplate, DataTemplate)
-from testbed.transport import AETH_ACK, ReceiverFlow, SenderFlow
+from testbed.packets import (AETH_STRUCT, BTH_OFF, CNP, HEADER_BYTES, ICRC_LEN, ICRC_STRUCT, IP_OFF,
+                             PAYLOAD_HEADER_LEN, PAYLOAD_MAGIC, PAYLOAD_OFF, PAYLOAD_STRUCT, PSN_OFF, PSN_STRUCT,
+                             QPN_BASE, QPN_STRUCT, RC_ACKNOWLEDGE, RC_SEND_ONLY, ROCE_SOCKET_FILTER,
+                             ROCE_UDP_PORT, AckTemplate, CnpTemplate, DataTemplate)
+from testbed.records import (CNP_RECEIVED, CNP_SENT, GO_BACK_NAK, GO_BACK_TIMEOUT, NAK_RECEIVED, NAK_SENT)
+from testbed.transport import AETH_ACK, AETH_NAK_SEQ, Dcqcn, ReceiverFlow, SenderFlow, dcqcn_params
 
 ETH_P_IP = 0x0800
 SOL_PACKET = 263
@@ -48,6 +53,8 @@ HEARTBEAT_NS = 200_000_000
 # try again this much later, as a NIC holds its work queue until the port may send.
 NIC_BACKOFF_NS = 50_000
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
+# DCQCN timers (alpha, cut, increase) are kept to the nanosecond but applied at this granularity.
+CC_TICK_MIN_NS, CC_TICK_MAX_NS = 100_000, 1_000_000
 TX_RETRANSMIT = 1
 
 
@@ -60,7 +67,8 @@ def _attach_filter(sock: socket.socket) -> None:
 
 class Host:
     __slots__ = ("name", "idx", "sock", "sink", "queues", "resend_flows", "next_tx", "late_ns",
-                 "tx_pkts", "rx_pkts", "acks_tx", "acks_rx", "stray", "nic_full", "nic_full_ns")
+                 "tx_pkts", "rx_pkts", "acks_tx", "acks_rx", "cnps_tx", "cnps_rx", "stray", "icrc_errors",
+                 "nic_full", "nic_full_ns")
 
     def __init__(self, idx: int, spec: dict, n_prio: int):
         self.name, self.idx = spec["name"], idx
@@ -81,7 +89,8 @@ class Host:
         self.resend_flows: deque[int] = deque()   # flows of this host going back (go-back-N)
         self.next_tx = 0
         self.late_ns = 0
-        self.tx_pkts = self.rx_pkts = self.acks_tx = self.acks_rx = self.stray = 0
+        self.tx_pkts = self.rx_pkts = self.acks_tx = self.acks_rx = self.cnps_tx = self.cnps_rx = 0
+        self.stray = self.icrc_errors = 0
         self.nic_full = self.nic_full_ns = 0
 
     def socket_drops(self) -> int:
@@ -97,6 +106,8 @@ class Engine:
         transport = plan["transport"]
         self.reliable = transport["reliability"] == "go_back_n"
         self.rto_ns = int(transport["rto_ms"] * 1e6)
+        self.cc = transport["cc"] == "dcqcn"
+        self.verify_icrc = transport["verify_icrc"]
         flows = plan["flows"]
         # Under strict priority the NIC serves its classes in order, as a RoCE NIC's ETS does
         # in strict mode; otherwise one queue, served round robin.
@@ -112,15 +123,32 @@ class Engine:
         self.templates: dict[tuple[int, int], DataTemplate] = {}
         self.gap_ns: dict[tuple[int, int], int] = {}  # pacing interval of each template at its sender's rate
         self.acks: list[AckTemplate] = []
+        self.cnps: list[CnpTemplate] = []
+        # ICRC check at the receiver: the CRC of each template's invariant header, by (flow, frame length)
+        self.rx_crc_base: dict[tuple[int, int], int] = {}
         for f in flows:
             s, d = specs[f["src"]], specs[f["dst"]]
             for plen in {self.payload} | {self._tail(m[2]) for m in plan["messages"] if m[1] == f["id"]}:
                 tmpl = DataTemplate(src_mac=s["mac"], dst_mac=d["mac"], src_ip=s["ip"], dst_ip=d["ip"],
                                     dscp=f["dscp"], flow=f["id"], payload_bytes=plen, ect=f["ect"])
                 self.templates[(f["id"], plen)] = tmpl
+                self.rx_crc_base[(f["id"], tmpl.length)] = tmpl.crc_base
                 self.gap_ns[(f["id"], plen)] = int(tmpl.length * 8e9 / s["bw_bps"])
             self.acks.append(AckTemplate(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"],
                                          dscp=transport["ack_dscp"], flow=f["id"]))
+            self.cnps.append(CnpTemplate(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"],
+                                         dscp=transport["ack_dscp"], flow=f["id"]))
+        # Per queue pair: DCQCN's rate machine, the time its rate limiter next lets it send (0 when
+        # congestion control is off: always), and when its receiver last sent a CNP.
+        self.flow_next_ns = [0] * len(flows)
+        self.dcqcn = ([Dcqcn(dcqcn_params(plan["dcqcn"], specs[f["src"]]["bw_bps"])) for f in flows]
+                      if self.cc else [])
+        self.cnp_interval_ns = [d.p["cnp_interval_ns"] for d in self.dcqcn]
+        self.last_cnp_ns = [-(1 << 62)] * len(flows)
+        self.cc_running: set[int] = set()
+        self.cc_tick_ns = (min(CC_TICK_MAX_NS, max(CC_TICK_MIN_NS, min(d.p["rate_decrease_interval_ns"] // 2
+                                                                         for d in self.dcqcn)))
+                           if self.dcqcn else CC_TICK_MAX_NS)
         msgs = plan["messages"]
         n = len(msgs)
         self.msg_flow = [m[1] for m in msgs]
@@ -133,6 +161,7 @@ class Engine:
                 self.dependents[d].append(m[0])
         self.msg_sent = [0] * n
         self.msg_recv = [0] * n
+        self.msg_recv_bytes = [0] * n   # payload bytes of accepted packets, padding excluded
         self.msg_acked = [0] * n
         self.release_ns = [0] * n
         self.first_tx_ns = [0] * n
@@ -140,11 +169,26 @@ class Engine:
         self.complete_ns = [0] * n
         self.acked_ns = [0] * n
         self.completed = 0
+        self.acked = 0   # messages whose every packet the sender has seen acknowledged
         self.active: set[int] = set()
         self.stop_requested = False
         self.last_progress = 0
         self.tx_log = records.RecordWriter(self.out / "raw" / "tx.bin", records.TX)
         self.rx_log = records.RecordWriter(self.out / "raw" / "rx.bin", records.RX)
+        self.qp_log = records.RecordWriter(self.out / "raw" / "qp_events.bin", records.QP_EVENT)
+
+    def _event(self, t: int, flow: int, kind: int, value: int = 0) -> None:
+        if self.cc:
+            d = self.dcqcn[flow]
+            self.qp_log.add(t, flow, kind, value, d.rate, d.target, d.alpha)
+        else:
+            self.qp_log.add(t, flow, kind, value, 0.0, 0.0, 0.0)
+
+    def _rate_changes(self, flow: int) -> None:
+        log = self.dcqcn[flow].log
+        for t, kind, rate, target, alpha in log:
+            self.qp_log.add(t, flow, kind, 0, rate, target, alpha)
+        log.clear()
 
     def _tail(self, nbytes: int) -> int:
         rest = nbytes % self.payload
@@ -171,23 +215,60 @@ class Engine:
 
     # -- sending ------------------------------------------------------------------------------
 
-    def send_due(self, h: Host, now: int) -> None:
+    def _pick(self, h: Host, now: int):
+        """The next packet host h may send now: (flow, msg, seq, psn, queue), queue None for a
+        retransmission; or (None, wake_ns) when its queue pairs with work wait for their rate
+        limiters; or None when it has nothing to send. Retransmissions go first, as a NIC's
+        go-back-N does; a queue pair going back sends nothing new until it has caught up."""
+        ready = self.flow_next_ns
+        wake = None
         rq = h.resend_flows
+        for _ in range(len(rq)):
+            flow = rq[0]
+            resend = self.senders[flow].resend
+            if not resend:  # an ACK covered what was left to resend
+                rq.popleft()
+                continue
+            if ready[flow] <= now:
+                psn, msg, seq = resend[0]
+                return flow, msg, seq, psn, None
+            wake = ready[flow] if wake is None else min(wake, ready[flow])
+            rq.rotate(-1)
+        for q in h.queues:
+            for _ in range(len(q)):
+                msg = q[0]
+                flow = self.msg_flow[msg]
+                if ready[flow] <= now and not self.senders[flow].resend:
+                    return flow, msg, self.msg_sent[msg], self.senders[flow].next_psn, q
+                if not self.senders[flow].resend:
+                    wake = ready[flow] if wake is None else min(wake, ready[flow])
+                q.rotate(-1)
+        return None if wake is None else (None, wake)
+
+    def send_due(self, h: Host, now: int) -> None:
         payload = self.payload
+        cc = self.cc
         if h.next_tx < now - CATCHUP_LIMIT_NS:
             h.late_ns += now - CATCHUP_LIMIT_NS - h.next_tx
             h.next_tx = now - CATCHUP_LIMIT_NS
+        rq = h.resend_flows
         while h.next_tx <= now:
-            flags = 0
-            q = None
-            if rq:  # retransmissions first, as a NIC's go-back-N does
+            if cc:
+                pick = self._pick(h, now)
+                if pick is None:
+                    break
+                if pick[0] is None:  # every queue pair with work waits for its rate
+                    h.next_tx = max(h.next_tx, pick[1])
+                    return
+                flow, msg, seq, psn, q = pick
+            elif rq:  # the same choice as _pick's, inline: every queue pair may always send
                 flow = rq[0]
                 resend = self.senders[flow].resend
-                if not resend:  # an ACK covered what was left to resend
+                if not resend:
                     rq.popleft()
                     continue
                 psn, msg, seq = resend[0]
-                flags = TX_RETRANSMIT
+                q = None
             else:
                 for q in h.queues:
                     if q:
@@ -214,6 +295,7 @@ class Engine:
                 h.next_tx = now + NIC_BACKOFF_NS
                 return
             if q is None:
+                resend = self.senders[flow].resend
                 resend.popleft()
                 if not resend:
                     rq.popleft()
@@ -228,10 +310,19 @@ class Engine:
                     q.popleft()
                 elif len(q) > 1:
                     q.rotate(-1)
-            self.tx_log.add(msg, seq, psn & 0xFFFFFF, t, tmpl.length, flags)
+            self.tx_log.add(msg, seq, psn & 0xFFFFFF, t, tmpl.length, 0 if q is not None else TX_RETRANSMIT)
             h.tx_pkts += 1
             h.next_tx += self.gap_ns[key]
-        if not rq and not any(h.queues):
+            if cc:
+                # The queue pair's rate limiter: at most one gap of credit after a late start.
+                d = self.dcqcn[flow]
+                gap = int(tmpl.length * 8e9 / d.rate)
+                self.flow_next_ns[flow] = max(self.flow_next_ns[flow], now - gap) + gap
+                if d.running:
+                    d.sent(tmpl.length, t)
+                    if d.log:
+                        self._rate_changes(flow)
+        if not h.resend_flows and not any(h.queues):
             self.active.discard(h.idx)
 
     # -- receiving ----------------------------------------------------------------------------
@@ -249,31 +340,44 @@ class Engine:
             if opcode == RC_ACKNOWLEDGE:
                 self._ack(h, buf, rx)
                 continue
+            if opcode == CNP:
+                self._cnp(h, buf, rx)
+                continue
             magic, flow, msg, seq, tx = PAYLOAD_STRUCT.unpack_from(buf, PAYLOAD_OFF)
             if (opcode != RC_SEND_ONLY or magic != PAYLOAD_MAGIC or msg >= nmsgs
                     or self.flow_dst[self.msg_flow[msg]] != h.idx):
                 h.stray += 1
                 continue
+            if self.verify_icrc:
+                base = self.rx_crc_base.get((flow, n))
+                if base is None or (zlib.crc32(memoryview(buf)[PSN_OFF:n - ICRC_LEN], base)
+                                    != ICRC_STRUCT.unpack_from(buf, n - ICRC_LEN)[0]):
+                    h.icrc_errors += 1  # a RoCE NIC drops it silently; go-back-N recovers
+                    continue
             h.rx_pkts += 1
+            ecn = buf[IP_OFF + 1] & 3
+            if ecn == 3 and self.cc and rx - self.last_cnp_ns[flow] >= self.cnp_interval_ns[flow]:
+                self.last_cnp_ns[flow] = rx
+                if self._reply(h, self.cnps[flow].bytes):
+                    h.cnps_tx += 1
+                    self._event(rx, flow, CNP_SENT)
             last = seq == self.msg_npkts[msg] - 1
             if self.reliable:
                 psn = PSN_STRUCT.unpack_from(buf, PSN_OFF)[0] & 0xFFFFFF
                 accepted, reply, reply_psn = self.receivers[flow].received(psn, last)
-                if reply is not None:
-                    try:
-                        sock.send(self.acks[flow].fill(reply_psn, reply, self.msg_recv[msg]))
-                        h.acks_tx += 1
-                    except OSError as e:  # NIC queue full: a later (cumulative) ACK or the RTO covers it
-                        if e.errno != errno.ENOBUFS:
-                            raise
-                        h.nic_full += 1
+                # A lost ACK is covered by a later, cumulative one (or the RTO), a lost NAK by the RTO.
+                if reply is not None and self._reply(h, self.acks[flow].fill(reply_psn, reply, self.msg_recv[msg])):
+                    h.acks_tx += 1
+                    if reply == AETH_NAK_SEQ:
+                        self._event(rx, flow, NAK_SENT, reply_psn)
             else:
                 accepted = True
-            self.rx_log.add(msg, seq, tx, rx, n, buf[IP_OFF + 1] & 3, accepted, buf[IP_OFF + 1] >> 2)
+            self.rx_log.add(msg, seq, tx, rx, n, ecn, accepted, buf[IP_OFF + 1] >> 2)
             if not accepted:
                 continue
             r = self.msg_recv[msg] + 1
             self.msg_recv[msg] = r
+            self.msg_recv_bytes[msg] += min(n - HEADER_BYTES, self.msg_bytes[msg] - seq * self.payload)
             self.last_progress = rx
             if r == self.msg_npkts[msg]:
                 self.complete_ns[msg] = rx
@@ -283,10 +387,40 @@ class Engine:
                     if self.msg_waiting[d] == 0:
                         self.release(d, rx)
 
-    def _ack(self, h: Host, buf: bytearray, now: int) -> None:
+    def _reply(self, h: Host, frame) -> bool:
+        """Send an ACK, NAK or CNP now, ahead of the pacing (the NIC's control path)."""
+        try:
+            h.sock.send(frame)
+            return True
+        except OSError as e:
+            if e.errno != errno.ENOBUFS:
+                raise
+            h.nic_full += 1
+            return False
+
+    def _flow_of_reply(self, h: Host, buf: bytearray) -> int | None:
         flow = (QPN_STRUCT.unpack_from(buf, BTH_OFF + 4)[0] & 0xFFFFFF) - QPN_BASE
         if not 0 <= flow < len(self.senders) or self.flow_src[flow] != h.idx:
             h.stray += 1
+            return None
+        return flow
+
+    def _cnp(self, h: Host, buf: bytearray, now: int) -> None:
+        flow = self._flow_of_reply(h, buf)
+        if flow is None:
+            return
+        h.cnps_rx += 1
+        if not self.cc:
+            return
+        d = self.dcqcn[flow]
+        d.cnp(now)
+        self._event(now, flow, CNP_RECEIVED)
+        self._rate_changes(flow)
+        self.cc_running.add(flow)
+
+    def _ack(self, h: Host, buf: bytearray, now: int) -> None:
+        flow = self._flow_of_reply(h, buf)
+        if flow is None:
             return
         h.acks_rx += 1
         psn = PSN_STRUCT.unpack_from(buf, PSN_OFF)[0] & 0xFFFFFF
@@ -295,7 +429,11 @@ class Engine:
         if syndrome == AETH_ACK:
             freed = sender.acked(psn, now)
         else:
+            before = sender.retransmitted
             freed = sender.nacked(psn, now)
+            self._event(now, flow, NAK_RECEIVED, psn)
+            if sender.retransmitted != before:
+                self._event(now, flow, GO_BACK_NAK, sender.retransmitted - before)
             if sender.resend:
                 self._go_back(flow, now)
         for _psn, msg, _seq in freed:
@@ -303,13 +441,24 @@ class Engine:
             self.msg_acked[msg] = a
             if a == self.msg_npkts[msg]:
                 self.acked_ns[msg] = now
+                self.acked += 1
         if freed:
             self.last_progress = now
 
     def check_timeouts(self, now: int) -> None:
         for flow, sender in enumerate(self.senders):
             if sender.unacked and sender.timed_out(now, self.rto_ns):
+                self._event(now, flow, GO_BACK_TIMEOUT, len(sender.resend))
                 self._go_back(flow, now)
+
+    def run_rate_timers(self, now: int) -> None:
+        for flow in list(self.cc_running):
+            d = self.dcqcn[flow]
+            d.advance(now)
+            if d.log:
+                self._rate_changes(flow)
+            if not d.running:
+                self.cc_running.discard(flow)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -330,12 +479,15 @@ class Engine:
                 self.release(m, start)
         self.last_progress = start
         next_rto_check = start + RTO_CHECK_NS
+        next_cc = start + self.cc_tick_ns
         heartbeat = self.out / "raw" / "engine_heartbeat"
         heartbeat.touch()
         next_heartbeat = start + HEARTBEAT_NS
         reason = "complete"
         hosts = self.hosts
-        while self.completed < nmsgs:
+        # A message is done when its receiver has it all and, on a reliable transport, when its
+        # sender has seen it all acknowledged (the work completion a RoCE application waits for).
+        while self.completed < nmsgs or (self.reliable and self.acked < nmsgs):
             now = time.monotonic_ns()
             for i in list(self.active):
                 h = hosts[i]
@@ -350,9 +502,14 @@ class Engine:
             if self.reliable and now >= next_rto_check:
                 self.check_timeouts(now)
                 next_rto_check = now + RTO_CHECK_NS
+            if self.cc_running and now >= next_cc:
+                self.run_rate_timers(now)
+                next_cc = now + self.cc_tick_ns
             wake = min((hosts[i].next_tx for i in self.active), default=now + int(IDLE_POLL_S * 1e9))
             if self.reliable:
                 wake = min(wake, next_rto_check)
+            if self.cc_running:
+                wake = min(wake, next_cc)
             timeout = max(0.0, (wake - time.monotonic_ns()) / 1e9)
             for fd, _ in ep.poll(timeout):
                 h = by_fd[fd]
@@ -374,24 +531,29 @@ class Engine:
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         self.tx_log.close()
         self.rx_log.close()
+        self.qp_log.close()
         return {
             "reason": reason, "start_ns": start, "end_ns": end,
-            "messages": nmsgs, "messages_completed": self.completed,
+            "messages": nmsgs, "messages_completed": self.completed, "messages_acknowledged": self.acked,
             "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
             "transport": self.plan["transport"],
             "hosts": [{"name": h.name, "tx_packets": h.tx_pkts, "rx_packets": h.rx_pkts,
-                       "acks_tx": h.acks_tx, "acks_rx": h.acks_rx,
-                       "socket_drops": h.socket_drops(), "stray": h.stray,
+                       "acks_tx": h.acks_tx, "acks_rx": h.acks_rx, "cnps_tx": h.cnps_tx, "cnps_rx": h.cnps_rx,
+                       "socket_drops": h.socket_drops(), "stray": h.stray, "icrc_errors": h.icrc_errors,
                        "nic_full": h.nic_full, "nic_full_ms": h.nic_full_ns / 1e6,
                        "pacing_late_ns": h.late_ns} for h in hosts],
             "flows": [{"retransmitted": s.retransmitted, "naks": s.naks, "timeouts": s.timeouts,
-                       "out_of_order": r.out_of_order, "duplicates": r.duplicates}
-                      for s, r in zip(self.senders, self.receivers)],
+                       "out_of_order": r.out_of_order, "duplicates": r.duplicates,
+                       **({"cnps": d.cnps, "rate_cuts": d.cuts, "final_rate_bps": d.rate, "alpha": d.alpha}
+                          if self.cc else {})}
+                      for s, r, d in zip(self.senders, self.receivers, self.dcqcn or [None] * len(self.senders))],
+            "dcqcn": self.dcqcn[0].p if self.cc else None,
         }
 
     def message_table(self) -> dict:
         return {"id": list(range(len(self.msg_npkts))), "flow": self.msg_flow, "bytes": self.msg_bytes,
                 "packets": self.msg_npkts, "sent_packets": self.msg_sent, "recv_packets": self.msg_recv,
+                "recv_bytes": self.msg_recv_bytes,
                 "release_ns": self.release_ns, "first_tx_ns": self.first_tx_ns,
                 "last_tx_ns": self.last_tx_ns, "complete_ns": self.complete_ns, "acked_ns": self.acked_ns}
 

@@ -15,8 +15,11 @@ class RunFailed(Exception):
     exit_code = 1
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised like KeyboardInterrupt so that every context manager unwinds."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like KeyboardInterrupt so that every context manager unwinds. A subclass
+    of it, not just a BaseException: asyncio (pyroute2 runs an event loop inside each netlink
+    call) logs and swallows any other BaseException raised in a callback, which left a run
+    hanging on a netlink reply that was never read (seen: one SIGTERM in twenty)."""
     exit_code = 143
 
 

@@ -6,14 +6,15 @@ payload header and the ICRC in a bytearray and sends bytes.
 Wire layout of a data packet (offsets in bytes):
   0  Ether | 14 IP (DSCP, ECT(0)) | 34 UDP (dport 4791, checksum 0) | 42 BTH (RC SEND_ONLY)
   54 PayloadStamp (magic, flow, msg, seq, tx_ns) | 78 padding | -4 ICRC
-and of an ACK/NAK: the same up to the BTH (RC ACKNOWLEDGE), then 54 AETH | 58 ICRC.
+and of an ACK/NAK: the same up to the BTH (RC ACKNOWLEDGE), then 54 AETH | 58 ICRC; and of a
+CNP: the same up to the BTH (opcode 0x81, BECN set), then 16 reserved bytes | 70 ICRC.
 """
 from __future__ import annotations
 
 import struct
 import zlib
 
-from scapy.contrib.roce import AETH, BTH, opcode
+from scapy.contrib.roce import AETH, BTH, CNP_OPCODE, cnp, opcode
 from scapy.fields import IntField, LongField, XIntField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -22,6 +23,7 @@ from scapy.packet import Packet, Raw, bind_layers
 ROCE_UDP_PORT = 4791
 RC_SEND_ONLY = opcode("RC", "SEND_ONLY")[0]
 RC_ACKNOWLEDGE = opcode("RC", "ACKNOWLEDGE")[0]
+CNP = CNP_OPCODE
 ECT0 = 0b10
 PAYLOAD_MAGIC = 0x54425031  # "TBP1"
 QPN_BASE = 0x100
@@ -64,7 +66,7 @@ class _RoceTemplate:
     tos/ttl/checksum masked, UDP with checksum masked, BTH with its FECN/BECN/reserved byte
     masked; everything before the PSN is fixed, so its CRC is computed once."""
 
-    __slots__ = ("buf", "crc_base", "length")
+    __slots__ = ("buf", "crc_base", "length", "bytes")
 
     def __init__(self, pkt):
         self.buf = bytearray(bytes(pkt))
@@ -126,6 +128,17 @@ class AckTemplate(_RoceTemplate):
         PSN_STRUCT.pack_into(self.buf, PSN_OFF, psn & 0xFFFFFF)
         AETH_STRUCT.pack_into(self.buf, PAYLOAD_OFF, (syndrome << 24) | (msn & 0xFFFFFF))
         return self._seal()
+
+
+class CnpTemplate(_RoceTemplate):
+    """A congestion notification (RoCEv2 CNP: BTH opcode 0x81 with BECN) from a flow's receiver to its
+    sender's queue pair. Every CNP of a flow is the same packet, sealed once."""
+
+    __slots__ = ()
+
+    def __init__(self, *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int, flow: int):
+        super().__init__(_headers(src_mac, dst_mac, src_ip, dst_ip, dscp << 2, flow) / cnp(QPN_BASE + flow))
+        self.bytes = bytes(self._seal())
 
 
 # Classic BPF for the receive sockets: IPv4, UDP, not a fragment, destination port 4791

@@ -7,6 +7,7 @@ Every step is a context manager, so an exception, Ctrl-C or SIGTERM unwinds all 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from testbed import bpfmaps, probe, qos
+from testbed.capture import HostCaptures
 from testbed.controller import Controller
 from testbed.cpu import CpuMeter
 from testbed.errors import RunFailed
@@ -72,7 +74,15 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
                 "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
                 "offloads": "off on every veth" if datapath == "user" else "unchanged",
                 "traffic": "one engine process, AF_PACKET socket per host opened in its namespace, "
-                           "paced per host to the link rate",
+                           "paced per host to the link rate"
+                           + (", and per queue pair to its DCQCN rate" if sc.transport.cc == "dcqcn" else ""),
+                "transport": f"RoCE RC per queue pair: {sc.transport.reliability}"
+                             + (", ICRC checked at the receiver" if sc.transport.verify_icrc else "")
+                             + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), parameters "
+                                f"given for {sc.dcqcn.ref_gbps:g} Gb/s, time-dilated"
+                                if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
+                "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
+                            if sc.run.capture else "off"),
                 "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}"
                            f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
                            f"barrier-confirmed",
@@ -141,7 +151,15 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                                "the switch agent to apply the controller's port policy")
                     if not agent.alive():
                         raise RunFailed(f"the switch agent failed to start; log:\n{agent.log_tail()}")
-                    _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent)
+                    with contextlib.ExitStack() as stack:
+                        if sc.run.capture:
+                            used = {h["name"]: (host_pids[h["name"]], h["ifname"]) for h in plan["hosts"]}
+                            caps = stack.enter_context(HostCaptures(used, run_dir / "pcap",
+                                                                    sc.run.capture_snaplen_bytes, record))
+                            log(f"capturing on {len(used)} hosts to {run_dir / 'pcap'}")
+                        _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent)
+                    if sc.run.capture:
+                        manifest["capture"] = caps.stats
                 if agent.proc.returncode not in (0, None):
                     raise RunFailed(f"the switch agent failed (exit {agent.proc.returncode}); log:\n"
                                     f"{agent.log_tail()}")

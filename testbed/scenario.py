@@ -1,7 +1,7 @@
 """Scenario files: schema, validation and `--set` overrides.
 
 A scenario is a TOML file in scenarios/ with tables [fabric], [controller], [workload],
-[transport], [qos] and [run] (each optional: defaults apply), and optional arrays of [[classes]]
+[transport], [dcqcn], [qos] and [run] (each optional: defaults apply), and optional arrays of [[classes]]
 (the ports' priority classes) and [[faults]]. Every field, its unit (in its name),
 default and range is declared once, below; anything else in a file is an error naming the
 file and the field.
@@ -103,7 +103,40 @@ class TransportSpec:
                          "(hops x queue_limit_bytes x 8 / bw)", "float", 0.1, 10000.0)
     ack_every_packets: int = spec(16, "coalescing: one ACK per this many packets (and per message end)",
                                   "int", 1, 4096)
-    ack_dscp: int = spec(48, "DSCP of ACK and NAK packets", "int", 0, 63)
+    ack_dscp: int = spec(48, "DSCP of ACK, NAK and CNP packets (a high-priority class)", "int", 0, 63)
+    cc: str = spec("none", "congestion control per queue pair: none (line rate) or dcqcn (receivers send "
+                   "CNPs for CE-marked packets, senders run DCQCN's rate machine and pace to its rate; "
+                   "parameters in [dcqcn])", "str", choices=("none", "dcqcn"))
+    verify_icrc: bool = spec(False, "receivers check every data packet's ICRC and drop bad ones, as a RoCE "
+                             "NIC does (about 1.5 us of engine CPU per 4 KB packet)", "bool")
+
+
+@dataclass(frozen=True)
+class DcqcnSpec:
+    """DCQCN (Zhu et al., SIGCOMM 2015; HPCC's rdma-hw.cc) given for a reference link rate. The engine
+    runs it time-dilated to the emulated link: times are multiplied and rates divided by
+    time_scale = ref_gbps / link rate, so the control loop sees the same bytes per interval as the
+    reference NIC does (the queue thresholds, in bytes, carry over unchanged)."""
+    ref_gbps: float = spec(40.0, "the link rate the values below are given for, Gb/s", "float", 0.001, 1000.0)
+    time_scale: float = spec(0.0, "dilation factor (0: ref_gbps / the sender's link rate)", "float", 0.0, 1e6)
+    cnp_interval_us: float = spec(50.0, "receiver: at most one CNP per queue pair per this interval, us",
+                                  "float", 0.0, 1e6)
+    alpha_interval_us: float = spec(55.0, "sender: alpha update period, us", "float", 0.1, 1e6)
+    rate_decrease_interval_us: float = spec(4.0, "sender: at most one rate cut per this interval, us",
+                                            "float", 0.0, 1e6)
+    rate_increase_timer_us: float = spec(55.0, "sender: rate increase timer period (T), us", "float", 0.1, 1e6)
+    byte_counter_bytes: int = spec(10 << 20, "sender: a rate increase event per this many bytes sent "
+                                   "(B; 0: timer only)", "bytes", 0, 1 << 34)
+    g: float = spec(1 / 256, "alpha gain", "float", 0.0, 1.0)
+    fast_recovery_rounds: int = spec(5, "F: increase events of fast recovery before additive increase",
+                                     "int", 0, 1000)
+    rai_mbps: float = spec(40.0, "additive increase step R_AI, Mb/s", "float", 0.0, 1e6)
+    rhai_mbps: float = spec(100.0, "hyper increase step R_HAI, Mb/s", "float", 0.0, 1e6)
+    min_rate_mbps: float = spec(100.0, "lowest rate a cut may reach, Mb/s", "float", 0.0, 1e6)
+    rate_on_first_cnp: float = spec(1.0, "fraction of the current rate kept at a queue pair's first CNP "
+                                    "(before the first cut)", "float", 0.01, 1.0)
+    clamp_target_rate: bool = spec(False, "every cut also lowers the target rate (else only cuts after an "
+                                   "increase event)", "bool")
 
 
 @dataclass(frozen=True)
@@ -160,6 +193,10 @@ class RunSpec:
     routes_ready_timeout_s: float = spec(60.0, "wait for the controller's routes, s", "float", 1.0, 600.0)
     stall_timeout_s: float = spec(3.0, "end the traffic phase after this long without progress, s",
                                   "float", 0.1, 600.0)
+    capture: bool = spec(False, "capture every traffic host's packets (tcpdump in its namespace) to "
+                         "pcap/<host>.pcap under the run's folder", "bool")
+    capture_snaplen_bytes: int = spec(128, "capture: bytes kept of each packet (128 keeps every header and "
+                                      "the payload stamp)", "int", 64, 65535)
 
 
 @dataclass(frozen=True)
@@ -196,6 +233,7 @@ class Scenario:
     transport: TransportSpec
     run: RunSpec
     qos: QosSpec = QosSpec()
+    dcqcn: DcqcnSpec = DcqcnSpec()
     classes: tuple[ClassSpec, ...] = DEFAULT_CLASSES
     faults: tuple[FaultSpec, ...] = ()
     policy_changes: tuple[PolicyChangeSpec, ...] = ()
@@ -223,7 +261,7 @@ class Scenario:
 
 
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
-            "transport": TransportSpec, "qos": QosSpec, "run": RunSpec}
+            "transport": TransportSpec, "dcqcn": DcqcnSpec, "qos": QosSpec, "run": RunSpec}
 TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
@@ -314,6 +352,12 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         raise InputError(where, "controller.dateline", "needs a torus with single-path routing")
     if c.dateline and c.vc1_dscp == w.dscp:
         raise InputError(where, "controller.vc1_dscp", f"must differ from workload.dscp ({w.dscp})")
+    if sc.transport.cc == "dcqcn":
+        default = next((k for k in sc.classes if k.default), None)
+        cls = default if sc.qos.scheduling == "fifo" else next((k for k in sc.classes if w.dscp in k.dscp), default)
+        if not sc.qos.ecn or (cls is not None and not cls.ecn) or not w.ect:
+            raise InputError(where, "transport.cc", "dcqcn reacts to ECN marks: it needs qos.ecn = true, a class "
+                             f"with ecn = true for workload.dscp {w.dscp} and workload.ect = true")
     frame = w.payload_bytes + 14 + 20 + 8 + 12 + 4
     if frame > f.mtu_bytes + 14:
         raise InputError(where, "workload.payload_bytes",

@@ -88,6 +88,7 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
         "payload_bytes": sc.workload.payload_bytes,
         "time_limit_s": sc.run.time_limit_s,
         "transport": dataclasses.asdict(sc.transport),
+        "dcqcn": dataclasses.asdict(sc.dcqcn),
         "stall_timeout_s": sc.run.stall_timeout_s,
         "hosts": [{"name": h.name, "pid": host_pids[h.name], "ifname": h.intf, "mac": h.mac, "ip": h.ip,
                    "bw_bps": sc.fabric.bw_mbps * 1e6} for h in fabric.hosts if h.name in used],

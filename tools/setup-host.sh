@@ -3,8 +3,8 @@
 # Idempotent; every step checks first and only acts when something is missing.
 set -euo pipefail
 
-# clang and libbpf-dev build the port BPF program; libbpf1 loads it.
-DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump python3-venv python3-pip procps
+# clang and libbpf-dev build the port BPF program; libbpf1 loads it; tshark decodes captures (tests).
+DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump tshark python3-venv python3-pip procps
              clang libbpf-dev libbpf1 gcc)
 
 missing=()

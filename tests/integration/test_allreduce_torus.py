@@ -29,6 +29,13 @@ def test_run_completes_and_every_packet_arrives(small_run):
     assert s["packets"]["lost"] == 0 and s["packets"]["qdisc_drops"] == 0
     assert s["collective"]["iterations_complete"] == 2
     assert "OK" in small_run["out"].stdout and "results:" in small_run["out"].stdout
+    # the traffic agents kept up with line-rate traffic: every host sent and received, nothing
+    # dropped at their sockets, every message acknowledged
+    agents = s["transport"]["agents"]
+    assert agents["receiver_socket_drops"] == 0
+    assert all(h["tx_pps"] > 0 and h["rx_pps"] > 0 for h in agents["hosts"]) and len(agents["hosts"]) == 4
+    msgs = pd.read_parquet(small_run["run_dir"] / "messages.parquet")
+    assert msgs["fct_ns"].notna().all() and (msgs["recv_bytes"] == msgs["bytes"]).all()
 
 
 def test_summary_agrees_with_packets_parquet(small_run):
@@ -81,7 +88,7 @@ def test_iteration_times_match_the_message_table(small_run):
 def test_results_folder_is_complete(small_run):
     run_dir = small_run["run_dir"]
     for name in ("manifest.json", "summary.json", "packets.parquet", "messages.parquet", "iterations.parquet",
-                 "raw/tx.bin", "raw/rx.bin", "raw/controller_events.jsonl", "raw/fabric.json"):
+                 "flows.parquet", "qp_events.parquet", "raw/qp_events.bin", "raw/tx.bin", "raw/rx.bin", "raw/controller_events.jsonl", "raw/fabric.json"):
         assert (run_dir / name).exists(), name
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["mechanisms"]["datapath"] and m["versions"]["openvswitch"] and m["versions"]["os_ken"]

@@ -32,3 +32,16 @@ def test_short_payload_template():
     fresh = p.copy()
     fresh[BTH].icrc = None
     assert dissect(bytes(fresh))[BTH].icrc == p[BTH].icrc
+
+
+def test_cnp_is_a_rocev2_cnp_with_becn_for_the_senders_queue_pair():
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP, UDP
+    from testbed.packets import CNP, QPN_BASE, ROCE_UDP_PORT, CnpTemplate
+    c = CnpTemplate(src_mac="02:00:00:00:00:02", dst_mac="02:00:00:00:00:01", src_ip="10.0.0.2",
+                    dst_ip="10.0.0.1", dscp=48, flow=5)
+    p = dissect(c.bytes)
+    assert p[UDP].dport == ROCE_UDP_PORT and p[IP].tos == 48 << 2
+    assert p[BTH].opcode == CNP == 0x81 and p[BTH].becn == 1 and p[BTH].dqpn == QPN_BASE + 5
+    # the ICRC is the one Scapy computes for the same packet
+    assert bytes(p) == c.bytes

@@ -38,6 +38,10 @@ def test_set_overrides_any_field():
     ({"controller": {"routing": "magic"}}, "controller.routing"),
     ({"run": []}, "run"),
     ({"extra": 1}, "extra"),
+    ({"transport": {"cc": "dcqcn"}, "qos": {"ecn": False}}, "transport.cc"),
+    ({"transport": {"cc": "timely"}}, "transport.cc"),
+    ({"dcqcn": {"g": 2}}, "dcqcn.g"),
+    ({"run": {"capture_snaplen_bytes": 10}}, "run.capture_snaplen_bytes"),
 ])
 def test_bad_documents_name_the_file_and_field(doc, field):
     with pytest.raises(InputError) as e:

@@ -1,0 +1,96 @@
+"""DCQCN's reaction point (testbed.transport.Dcqcn) against the algorithm as published, and the
+parameter scaling to an emulated link."""
+import dataclasses
+
+import pytest
+
+from testbed.scenario import DcqcnSpec
+from testbed.transport import (RATE_ADDITIVE, RATE_CUT, RATE_FAST_RECOVERY, RATE_HYPER, Dcqcn,
+                               dcqcn_params)
+
+LINE = 100e6
+
+
+def params(**over):
+    spec = {**dataclasses.asdict(DcqcnSpec()), "ref_gbps": 0.1, "min_rate_mbps": 1, **over}  # no dilation
+    return dcqcn_params(spec, LINE)
+
+
+def test_parameters_scale_with_the_emulated_link():
+    p = dcqcn_params({**dataclasses.asdict(DcqcnSpec()), "ref_gbps": 40}, 100e6)
+    assert p["time_scale"] == 400
+    assert p["cnp_interval_ns"] == 50_000 * 400 and p["rate_increase_timer_ns"] == 55_000 * 400
+    assert p["rai_bps"] == pytest.approx(40e6 / 400) and p["rhai_bps"] == pytest.approx(100e6 / 400)
+    assert p["byte_counter_bytes"] == 10 << 20  # bytes are not dilated
+    p = dcqcn_params({**dataclasses.asdict(DcqcnSpec()), "time_scale": 7.0}, 100e6)
+    assert p["time_scale"] == 7.0
+
+
+def test_first_cnp_halves_the_rate_and_fast_recovery_returns_halfway_each_period():
+    p = params(byte_counter_bytes=0)
+    d = Dcqcn(p)
+    d.cnp(1000)
+    assert d.rate == pytest.approx(LINE / 2) and d.target == LINE and d.alpha == 1.0
+    assert [k for _, k, *_ in d.log] == [RATE_CUT]
+    t = 1000
+    for i in range(1, p["fast_recovery_rounds"]):
+        t += p["rate_increase_timer_ns"]
+        d.advance(t)
+        assert d.log[-1][1] == RATE_FAST_RECOVERY
+        assert d.rate == pytest.approx(LINE - LINE / 2 ** (i + 1))  # halfway to the target each time
+        assert d.target == LINE
+
+
+def test_increase_goes_fast_then_additive_then_hyper_and_rests_at_line_rate():
+    p = params(byte_counter_bytes=0, rai_mbps=1, rhai_mbps=5)
+    d = Dcqcn(p)
+    d.cnp(0)
+    d.cnp(p["rate_decrease_interval_ns"])  # second cut, after no increase: the target stays
+    assert d.target == LINE and d.rate == pytest.approx(LINE / 2 * (1 - d.alpha / 2))
+    d.log.clear()
+    t = p["rate_decrease_interval_ns"]
+    kinds = []
+    while d.running:
+        t += p["rate_increase_timer_ns"]
+        d.advance(t)
+        kinds += [k for _, k, *_ in d.log]
+        d.log.clear()
+    f = p["fast_recovery_rounds"]
+    assert kinds[:f - 1] == [RATE_FAST_RECOVERY] * (f - 1)
+    assert kinds[f - 1] == RATE_ADDITIVE
+    assert kinds[f:] and set(kinds[f:]) == {RATE_HYPER}
+    assert d.rate == d.target == LINE
+
+
+def test_alpha_rises_with_cnps_and_decays_without():
+    p = params(g=1 / 16)
+    d = Dcqcn(p)
+    d.cnp(0)
+    a = p["alpha_interval_ns"]
+    d.advance(a)            # no CNP in the first interval: alpha decays
+    assert d.alpha == pytest.approx(1 - 1 / 16)
+    d.cnp(a + 1)
+    d.advance(2 * a)        # a CNP in it: alpha moves toward 1
+    assert d.alpha == pytest.approx((1 - 1 / 16) ** 2 + 1 / 16)
+
+
+def test_cuts_are_spaced_by_the_decrease_interval_and_never_below_min_rate():
+    p = params(min_rate_mbps=10, rate_decrease_interval_us=4)
+    d = Dcqcn(p)
+    iv = p["rate_decrease_interval_ns"]
+    for i in range(50):
+        d.cnp(i * iv // 4)  # four CNPs per interval
+    d.advance(50 * iv // 4)
+    assert d.cuts <= 50 // 4 + 1
+    assert d.rate == pytest.approx(10e6)
+    assert d.cnps == 50
+
+
+def test_byte_counter_drives_increase_events():
+    p = params(byte_counter_bytes=1000, rate_increase_timer_us=1e6)
+    d = Dcqcn(p)
+    d.cnp(0)
+    r0 = d.rate
+    for _ in range(3):
+        d.sent(1000, 1)
+    assert d.byte_stage == 3 and d.rate > r0
