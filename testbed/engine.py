@@ -32,8 +32,9 @@ from testbed import records
 from testbed.netns import netns_of
 from testbed.packets import (AETH_STRUCT, BTH_OFF, CNP, HEADER_BYTES, ICRC_LEN, ICRC_STRUCT, IP_OFF,
                              PAYLOAD_HEADER_LEN, PAYLOAD_MAGIC, PAYLOAD_OFF, PAYLOAD_STRUCT, PSN_OFF, PSN_STRUCT,
-                             QPN_BASE, QPN_STRUCT, RC_ACKNOWLEDGE, RC_SEND_ONLY, ROCE_SOCKET_FILTER,
-                             ROCE_UDP_PORT, AckTemplate, CnpTemplate, DataTemplate)
+                             QPN_BASE, QPN_STRUCT, RC_ACKNOWLEDGE, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE,
+                             RC_SEND_ONLY, ROCE_SOCKET_FILTER, ROCE_UDP_PORT, SEND_OPCODES, AckTemplate,
+                             CnpTemplate, DataTemplate)
 from testbed.records import (CNP_RECEIVED, CNP_SENT, GO_BACK_NAK, GO_BACK_TIMEOUT, NAK_RECEIVED, NAK_SENT)
 from testbed.transport import AETH_ACK, AETH_NAK_SEQ, Dcqcn, ReceiverFlow, SenderFlow, dcqcn_params
 
@@ -120,20 +121,31 @@ class Engine:
         self.flow_dst = [by_name[f["dst"]].idx for f in flows]
         self.senders = [SenderFlow() for _ in flows]
         self.receivers = [ReceiverFlow(transport["ack_every_packets"]) for _ in flows]
-        self.templates: dict[tuple[int, int], DataTemplate] = {}
-        self.gap_ns: dict[tuple[int, int], int] = {}  # pacing interval of each template at its sender's rate
+        # data templates by (flow, opcode, payload length)
+        self.templates: dict[tuple[int, int, int], DataTemplate] = {}
+        self.gap_ns: dict[tuple[int, int, int], int] = {}  # pacing interval of each template at its sender's rate
         self.acks: list[AckTemplate] = []
         self.cnps: list[CnpTemplate] = []
-        # ICRC check at the receiver: the CRC of each template's invariant header, by (flow, frame length)
-        self.rx_crc_base: dict[tuple[int, int], int] = {}
+        # ICRC check at the receiver: the CRC of each template's invariant header, by (flow, opcode,
+        # frame length)
+        self.rx_crc_base: dict[tuple[int, int, int], int] = {}
+        shapes: dict[int, set[tuple[int, int]]] = {f["id"]: set() for f in flows}
+        for m in plan["messages"]:
+            npk, tail = max(1, -(-m[2] // self.payload)), self._tail(m[2])
+            if npk == 1:
+                shapes[m[1]].add((RC_SEND_ONLY, tail))
+            else:
+                shapes[m[1]].update({(RC_SEND_FIRST, self.payload), (RC_SEND_LAST, tail)})
+                if npk > 2:
+                    shapes[m[1]].add((RC_SEND_MIDDLE, self.payload))
         for f in flows:
             s, d = specs[f["src"]], specs[f["dst"]]
-            for plen in {self.payload} | {self._tail(m[2]) for m in plan["messages"] if m[1] == f["id"]}:
+            for op, plen in shapes[f["id"]]:
                 tmpl = DataTemplate(src_mac=s["mac"], dst_mac=d["mac"], src_ip=s["ip"], dst_ip=d["ip"],
-                                    dscp=f["dscp"], flow=f["id"], payload_bytes=plen, ect=f["ect"])
-                self.templates[(f["id"], plen)] = tmpl
-                self.rx_crc_base[(f["id"], tmpl.length)] = tmpl.crc_base
-                self.gap_ns[(f["id"], plen)] = int(tmpl.length * 8e9 / s["bw_bps"])
+                                    dscp=f["dscp"], flow=f["id"], payload_bytes=plen, ect=f["ect"], opcode=op)
+                self.templates[(f["id"], op, plen)] = tmpl
+                self.rx_crc_base[(f["id"], op, tmpl.length)] = tmpl.crc_base
+                self.gap_ns[(f["id"], op, plen)] = int(tmpl.length * 8e9 / s["bw_bps"])
             self.acks.append(AckTemplate(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"],
                                          dscp=transport["ack_dscp"], flow=f["id"]))
             self.cnps.append(CnpTemplate(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"],
@@ -281,7 +293,9 @@ class Engine:
                 psn = self.senders[flow].next_psn
             # Payloads shorter than the testbed header are padded to it on the wire.
             plen = max(min(payload, self.msg_bytes[msg] - seq * payload), PAYLOAD_HEADER_LEN)
-            key = (flow, plen)
+            npk = self.msg_npkts[msg]
+            key = (flow, RC_SEND_ONLY if npk == 1 else RC_SEND_FIRST if seq == 0
+                   else RC_SEND_LAST if seq == npk - 1 else RC_SEND_MIDDLE, plen)
             tmpl = self.templates[key]
             t = time.monotonic_ns()
             try:
@@ -344,12 +358,12 @@ class Engine:
                 self._cnp(h, buf, rx)
                 continue
             magic, flow, msg, seq, tx = PAYLOAD_STRUCT.unpack_from(buf, PAYLOAD_OFF)
-            if (opcode != RC_SEND_ONLY or magic != PAYLOAD_MAGIC or msg >= nmsgs
+            if (opcode not in SEND_OPCODES or magic != PAYLOAD_MAGIC or msg >= nmsgs
                     or self.flow_dst[self.msg_flow[msg]] != h.idx):
                 h.stray += 1
                 continue
             if self.verify_icrc:
-                base = self.rx_crc_base.get((flow, n))
+                base = self.rx_crc_base.get((flow, opcode, n))
                 if base is None or (zlib.crc32(memoryview(buf)[PSN_OFF:n - ICRC_LEN], base)
                                     != ICRC_STRUCT.unpack_from(buf, n - ICRC_LEN)[0]):
                     h.icrc_errors += 1  # a RoCE NIC drops it silently; go-back-N recovers

@@ -4,7 +4,8 @@ Templates are built once with Scapy; the engine's hot loop only patches the PSN,
 payload header and the ICRC in a bytearray and sends bytes.
 
 Wire layout of a data packet (offsets in bytes):
-  0  Ether | 14 IP (DSCP, ECT(0)) | 34 UDP (dport 4791, checksum 0) | 42 BTH (RC SEND_ONLY)
+  0  Ether | 14 IP (DSCP, ECT(0)) | 34 UDP (dport 4791, checksum 0) | 42 BTH (RC SEND FIRST,
+     MIDDLE and LAST along a message, SEND ONLY for a one-packet message; AckReq on the last)
   54 PayloadStamp (magic, flow, msg, seq, tx_ns) | 78 padding | -4 ICRC
 and of an ACK/NAK: the same up to the BTH (RC ACKNOWLEDGE), then 54 AETH | 58 ICRC; and of a
 CNP: the same up to the BTH (opcode 0x81, BECN set), then 16 reserved bytes | 70 ICRC.
@@ -21,7 +22,12 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
 ROCE_UDP_PORT = 4791
+RC_SEND_FIRST = opcode("RC", "SEND_FIRST")[0]
+RC_SEND_MIDDLE = opcode("RC", "SEND_MIDDLE")[0]
+RC_SEND_LAST = opcode("RC", "SEND_LAST")[0]
 RC_SEND_ONLY = opcode("RC", "SEND_ONLY")[0]
+SEND_OPCODES = frozenset((RC_SEND_FIRST, RC_SEND_MIDDLE, RC_SEND_LAST, RC_SEND_ONLY))
+ACKREQ = 1 << 31  # BTH AckReq: set on a message's last packet, as RC senders do
 RC_ACKNOWLEDGE = opcode("RC", "ACKNOWLEDGE")[0]
 CNP = CNP_OPCODE
 ECT0 = 0b10
@@ -92,23 +98,33 @@ def _headers(src_mac, dst_mac, src_ip, dst_ip, tos, flow):
             / UDP(sport=UDP_SPORT_BASE + flow % 16384, dport=ROCE_UDP_PORT, chksum=0))
 
 
-class DataTemplate(_RoceTemplate):
-    """A data packet (RC SEND_ONLY) of one flow and one payload length: ECT(0), as RoCEv2 NICs
-    send, unless ect is False (Not-ECT)."""
+def send_opcode(seq: int, npkts: int) -> int:
+    """The RC SEND opcode of packet ``seq`` of an ``npkts``-packet message."""
+    if npkts == 1:
+        return RC_SEND_ONLY
+    return RC_SEND_FIRST if seq == 0 else RC_SEND_LAST if seq == npkts - 1 else RC_SEND_MIDDLE
 
-    __slots__ = ()
+
+class DataTemplate(_RoceTemplate):
+    """A data packet (an RC SEND opcode) of one flow and one payload length: ECT(0), as RoCEv2
+    NICs send, unless ect is False (Not-ECT)."""
+
+    __slots__ = ("psn_flags",)
 
     def __init__(self, *, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, dscp: int,
-                 flow: int, payload_bytes: int, ect: bool = True):
+                 flow: int, payload_bytes: int, ect: bool = True, opcode: int = RC_SEND_ONLY):
         if payload_bytes < PAYLOAD_HEADER_LEN:
             raise ValueError(f"payload must hold the {PAYLOAD_HEADER_LEN}-byte header")
+        if opcode not in SEND_OPCODES:
+            raise ValueError(f"not an RC SEND opcode: {opcode}")
         super().__init__(_headers(src_mac, dst_mac, src_ip, dst_ip, (dscp << 2) | (ECT0 if ect else 0), flow)
-                         / BTH(opcode=RC_SEND_ONLY, dqpn=QPN_BASE + flow, psn=0)
+                         / BTH(opcode=opcode, dqpn=QPN_BASE + flow, psn=0)
                          / PayloadStamp(flow=flow)
                          / Raw(bytes(payload_bytes - PAYLOAD_HEADER_LEN)))
+        self.psn_flags = ACKREQ if opcode in (RC_SEND_LAST, RC_SEND_ONLY) else 0
 
     def fill(self, psn: int, msg: int, seq: int, tx_ns: int) -> bytearray:
-        PSN_STRUCT.pack_into(self.buf, PSN_OFF, psn & 0xFFFFFF)
+        PSN_STRUCT.pack_into(self.buf, PSN_OFF, (psn & 0xFFFFFF) | self.psn_flags)
         PAYLOAD_VARIABLE.pack_into(self.buf, PAYLOAD_OFF + 8, msg, seq, tx_ns)
         return self._seal()
 
@@ -160,4 +176,5 @@ def dissect(frame: bytes) -> Ether:
     return Ether(frame)
 
 
-bind_layers(BTH, PayloadStamp, opcode=RC_SEND_ONLY)
+for _op in SEND_OPCODES:
+    bind_layers(BTH, PayloadStamp, opcode=_op)

@@ -90,20 +90,26 @@ def test_captures_decode_as_rocev2_in_tshark(tmp_path):
     for c in cap.values():
         assert c["dropped_by_kernel"] == 0 and c["captured"] == c["received_by_filter"] > 0, c
     receiver = plan["flows"][0]["dst"]
-    # data packets: RC SEND_ONLY (opcode 4) to each flow's queue pair, PSNs 0, 1, 2, ... in order
-    psns = defaultdict(list)
+    # data packets: one 2 MiB message per queue pair as RC SEND FIRST (opcode 0), MIDDLE (1) and
+    # LAST (2), PSNs 0, 1, 2, ... in order
+    psns, ops = defaultdict(list), defaultdict(list)
     for opcode, qp, psn in tshark_fields(run_dir / "pcap" / f"{receiver}.pcap", "infiniband.bth.opcode",
                                          "infiniband.bth.destqp", "infiniband.bth.psn"):
-        if opcode == "4":
+        if opcode in ("0", "1", "2", "4"):
             psns[int(qp, 16)].append(int(psn))
+            ops[int(qp, 16)].append(int(opcode))
     flows = pd.read_parquet(run_dir / "flows.parquet")
     assert sorted(psns) == sorted(0x100 + f for f in flows["flow"])
     for qp, seq in psns.items():
-        assert seq == list(range(len(seq))) and len(seq) == 512, qp
+        assert seq == list(range(512)), qp
+        assert ops[qp] == [0] + [1] * 510 + [2], qp
     # CNPs (opcode 0x81) reach each sender for its own queue pair, with BECN set
     for f in plan["flows"]:
-        rows = tshark_fields(run_dir / "pcap" / f"{f['src']}.pcap", "infiniband.bth.opcode", "infiniband.bth.destqp")
-        cnps = [int(qp, 16) for op, qp in rows if op == "129"]
+        rows = tshark_fields(run_dir / "pcap" / f"{f['src']}.pcap", "infiniband.bth.opcode", "infiniband.bth.destqp",
+                             "ip.dsfield.dscp")
+        cnps = [int(qp, 16) for op, qp, _ in rows if op == "129"]
+        # CNPs and ACKs travel in the control class (DSCP 48), ahead of data
+        assert {dscp for op, _, dscp in rows if op in ("129", "17")} == {"48"}
         got = int(flows.loc[flows["flow"] == f["id"], "cnps_received"].iloc[0])
         assert got > 0 and cnps == [0x100 + f["id"]] * got
         becn = [p[BTH].becn for p in rdpcap(str(run_dir / "pcap" / f"{f['src']}.pcap"))

@@ -45,3 +45,21 @@ def test_cnp_is_a_rocev2_cnp_with_becn_for_the_senders_queue_pair():
     assert p[BTH].opcode == CNP == 0x81 and p[BTH].becn == 1 and p[BTH].dqpn == QPN_BASE + 5
     # the ICRC is the one Scapy computes for the same packet
     assert bytes(p) == c.bytes
+
+
+def test_a_message_goes_out_as_send_first_middle_last_with_ackreq_on_the_last():
+    from testbed.packets import (ACKREQ, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE, RC_SEND_ONLY,
+                                 PSN_OFF, PSN_STRUCT, send_opcode)
+    assert [send_opcode(s, 4) for s in range(4)] == [RC_SEND_FIRST, RC_SEND_MIDDLE, RC_SEND_MIDDLE, RC_SEND_LAST]
+    assert [send_opcode(s, 2) for s in range(2)] == [RC_SEND_FIRST, RC_SEND_LAST]
+    assert send_opcode(0, 1) == RC_SEND_ONLY
+    for op, ackreq in ((RC_SEND_FIRST, 0), (RC_SEND_MIDDLE, 0), (RC_SEND_LAST, 1), (RC_SEND_ONLY, 1)):
+        t = template(opcode=op)
+        frame = bytes(t.fill(psn=9, msg=2, seq=1, tx_ns=5))
+        p = dissect(frame)
+        assert p[BTH].opcode == op and p[BTH].ackreq == ackreq and p[BTH].psn == 9
+        assert p[PayloadStamp].msg == 2 and p[PayloadStamp].seq == 1
+        assert (PSN_STRUCT.unpack_from(frame, PSN_OFF)[0] & ACKREQ) == (ACKREQ if ackreq else 0)
+        # the sealed ICRC is the one Scapy computes for the same packet
+        p[BTH].icrc = None
+        assert bytes(p) == frame
