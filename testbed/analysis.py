@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from testbed import records
-from testbed.collectives import bound_formula, bound_s
+from testbed.collectives import bound_formula, bound_s, busbw_factor
 from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import qos_summary
 from testbed.transport_analysis import transport_summary
@@ -250,8 +250,7 @@ def analyze(run_dir: Path) -> dict:
             "bound_ratio": (float(iters["bound_s"].iloc[0]) / mean_t) if mean_t else None,
             "bound_ratio_min": float(complete_iters["bound_ratio"].min()) if len(complete_iters) else None,
             "algbw_mbps": S * 8 / mean_t / 1e6 if mean_t else None,
-            "busbw_mbps": (S * 8 / mean_t / 1e6 * (2 * (n - 1) / n if workload == "ring_allreduce" else 1.0))
-                          if mean_t else None,
+            "busbw_mbps": S * 8 / mean_t / 1e6 * busbw_factor(workload, n) if mean_t else None,
             "header_overhead_fraction": HEADER_BYTES / (HEADER_BYTES + sc["workload"]["payload_bytes"]),
         },
         "latency_us": {"p50": _pct(lat_us, 50), "p99": _pct(lat_us, 99),

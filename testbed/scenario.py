@@ -71,9 +71,18 @@ class ControllerSpec:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    type: str = spec("ring_allreduce", "traffic: ring_allreduce, shift (rank r sends to rank r + shift) or "
+    type: str = spec("ring_allreduce", "traffic: a collective (ring_allreduce, halving_doubling: Rabenseifner's "
+                     "AllReduce, torus2d_allreduce: reduce-scatter along X, AllReduce along Y, all-gather along X, "
+                     "allgather, reducescatter: rings, alltoall), shift (rank r sends to rank r + shift) or "
                      "incast (senders hosts send to receiver at once)", "str",
-                     choices=("ring_allreduce", "shift", "incast"))
+                     choices=("ring_allreduce", "halving_doubling", "torus2d_allreduce", "allgather", "reducescatter",
+                              "alltoall", "shift", "incast"))
+    placement: str = spec("fabric", "rank order over the hosts: fabric (a ring that follows the fabric: a snake "
+                          "through a torus, fabric order elsewhere; a torus's own grid for torus2d_allreduce), "
+                          "hosts (the fabric's host order) or random (shuffled with run.seed)", "str",
+                          choices=("fabric", "hosts", "random"))
+    grid_x: int = spec(0, "torus2d_allreduce: ranks per row X (0: the torus's first dimension with placement "
+                       "fabric, else the largest divisor of the rank count up to its square root)", "int", 0, 4096)
     shift: int = spec(1, "shift: destination offset in rank order", "int", 1, 4095)
     receiver: str = spec("", "incast: the receiving host (default: the first host)", "str")
     senders: int = spec(15, "incast: number of senders (the hosts after the receiver, in fabric order)",
@@ -88,8 +97,9 @@ class WorkloadSpec:
     victim: str = spec("", "a victim flow <src host>><dst host> (e.g. h3_4>h2_4) sending victim_bytes at "
                        "once, in the workload's class", "str")
     victim_bytes: int = spec(1 << 20, "victim: bytes", "bytes", 1024, 1 << 30)
-    bytes_per_rank: int = spec(4 << 20, "AllReduce buffer size per rank, bytes", "bytes", 1024, 1 << 30)
-    iterations: int = spec(3, "AllReduce iterations (a barrier separates them)", "int", 1, 1000)
+    bytes_per_rank: int = spec(4 << 20, "collective buffer per rank (AllReduce and reduce-scatter input, "
+                               "all-gather output, all-to-all send buffer), bytes", "bytes", 1024, 1 << 30)
+    iterations: int = spec(3, "collective iterations (a barrier separates them)", "int", 1, 1000)
     payload_bytes: int = spec(4096, "RoCE payload per packet (path MTU), bytes", "int", 256, 8900)
     dscp: int = spec(26, "DSCP of data packets", "int", 0, 63)
 
@@ -373,6 +383,15 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     n_hosts = len(fabric.hosts)
     if n_hosts < 2:
         raise InputError(where, "fabric", "a collective needs at least 2 hosts")
+    if w.type == "halving_doubling" and n_hosts & (n_hosts - 1):
+        raise InputError(where, "workload.type", f"halving_doubling needs a power-of-two number of ranks; this "
+                         f"fabric has {n_hosts} hosts")
+    if w.type == "torus2d_allreduce":
+        from testbed.workload import grid_width  # noqa: PLC0415 (workload imports this module)
+        x = grid_width(sc, fabric)
+        if x < 2 or n_hosts % x or n_hosts // x < 2:
+            raise InputError(where, "workload.grid_x", f"rows of {x} ranks do not make a grid of at least 2 x 2 "
+                             f"out of {n_hosts} hosts")
     for i, fault in enumerate(sc.faults):
         if fault.action.startswith("link_"):
             try:

@@ -4,7 +4,12 @@ from __future__ import annotations
 import dataclasses
 
 from testbed import qos
-from testbed.collectives import Message, background, incast, ring_allreduce, shift_permutation
+import math
+import random
+
+from testbed.collectives import (Message, all_to_all, background, halving_doubling_allreduce, incast,
+                                 ring_allgather, ring_allreduce, ring_reducescatter, shift_permutation,
+                                 torus2d_allreduce)
 from testbed.scenario import Scenario
 from topologies.model import Fabric
 from topologies.torus import snake_order
@@ -15,6 +20,35 @@ def ring_ranks(fabric: Fabric) -> list[str]:
     if fabric.kind == "torus":
         return snake_order(fabric)
     return [h.name for h in fabric.hosts]  # fabric order: neighbours share a leaf/edge switch
+
+
+def placed_ranks(sc: Scenario, fabric: Fabric) -> list[str]:
+    """Every host as a rank, in the order workload.placement asks for."""
+    p = sc.workload.placement
+    if p == "fabric":
+        if sc.workload.type == "torus2d_allreduce" and fabric.kind == "torus":
+            # the torus's own grid, rows along its first dimension
+            return [h.name for h in sorted(fabric.hosts, key=lambda h: (tuple(reversed(h.coord)), h.name))]
+        return ring_ranks(fabric)
+    ranks = [h.name for h in fabric.hosts]
+    if p == "random":
+        random.Random(sc.run.seed).shuffle(ranks)
+    return ranks
+
+
+def grid_width(sc: Scenario, fabric: Fabric) -> int:
+    """Ranks per row of torus2d_allreduce's grid."""
+    if sc.workload.grid_x:
+        return sc.workload.grid_x
+    n = len(fabric.hosts)
+    if sc.workload.placement == "fabric" and fabric.kind == "torus":
+        hosts_per_switch = n // math.prod(fabric.dims)
+        return fabric.dims[0] * hosts_per_switch
+    return max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+
+
+COLLECTIVES = {"halving_doubling": halving_doubling_allreduce, "allgather": ring_allgather,
+               "reducescatter": ring_reducescatter, "alltoall": all_to_all}
 
 
 def incast_parties(sc: Scenario, fabric: Fabric) -> tuple[str, list[str]]:
@@ -30,8 +64,15 @@ def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Messag
     background bulk and victim traffic."""
     w = sc.workload
     if w.type == "ring_allreduce":
-        ranks = ring_ranks(fabric)
+        ranks = placed_ranks(sc, fabric)
         msgs = ring_allreduce(ranks, w.bytes_per_rank, w.iterations)
+    elif w.type in COLLECTIVES:
+        ranks = placed_ranks(sc, fabric)
+        msgs = COLLECTIVES[w.type](ranks, w.bytes_per_rank, w.iterations)
+    elif w.type == "torus2d_allreduce":
+        ranks = placed_ranks(sc, fabric)
+        x = grid_width(sc, fabric)
+        msgs = torus2d_allreduce([ranks[i:i + x] for i in range(0, len(ranks), x)], w.bytes_per_rank, w.iterations)
     elif w.type == "shift":
         ranks = [h.name for h in fabric.hosts]
         msgs = shift_permutation(ranks, w.bytes_per_rank, w.shift, w.iterations)

@@ -41,6 +41,9 @@ def test_set_overrides_any_field():
     ({"transport": {"cc": "dcqcn"}, "qos": {"ecn": False}}, "transport.cc"),
     ({"transport": {"cc": "timely"}}, "transport.cc"),
     ({"dcqcn": {"g": 2}}, "dcqcn.g"),
+    ({"workload": {"type": "halving_doubling"}, "fabric": {"dims": [3, 3]}}, "workload.type"),
+    ({"workload": {"type": "torus2d_allreduce", "grid_x": 3}}, "workload.grid_x"),
+    ({"workload": {"placement": "diagonal"}}, "workload.placement"),
     ({"run": {"capture_snaplen_bytes": 10}}, "run.capture_snaplen_bytes"),
 ])
 def test_bad_documents_name_the_file_and_field(doc, field):
