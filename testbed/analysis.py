@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,10 +18,13 @@ import numpy as np
 import pandas as pd
 
 from testbed import records
+from testbed import pipeline
 from testbed.collectives import bound_formula, bound_s, busbw_factor
 from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import qos_summary
+from testbed.scenario import Scenario
 from testbed.transport_analysis import transport_summary
+from testbed.workload import pipeline_job
 
 SUMMARY_VERSION = 1
 # Fidelity thresholds: the run says it could not keep up when any is crossed.
@@ -61,20 +65,20 @@ def message_table(raw: Path) -> pd.DataFrame:
     df = df.reset_index()
     for col in ("release_ns", "first_tx_ns", "last_tx_ns", "complete_ns", "acked_ns"):
         df[col] = df[col].where(df[col] > 0).astype("Int64")
-    df["complete"] = df["recv_packets"] >= df["packets"]
+    df["complete"] = (df["recv_packets"] >= df["packets"]) & df["complete_ns"].notna()
     df["duration_ns"] = df["complete_ns"] - df["release_ns"]
     # flow completion as the sender's work completion sees it: release to the last byte acknowledged
     df["fct_ns"] = df["acked_ns"] - df["release_ns"]
     return df
 
 
-def iteration_table(msgs: pd.DataFrame, workload: str, n_ranks: int, bytes_per_rank: int,
-                    bw_bps: float) -> pd.DataFrame:
+def iteration_table(msgs: pd.DataFrame, bound: float) -> pd.DataFrame:
+    """Per iteration of the workload (its messages and compute steps): time from the first
+    release to the last completion, against the analytical bound."""
     rows = []
-    bound = bound_s(workload, n_ranks, bytes_per_rank, bw_bps)
     for it, g in msgs.groupby("iteration"):
         complete = bool(g["complete"].all())
-        start = g.loc[g["step"] == 0, "release_ns"].min()
+        start = g["release_ns"].min()
         end = g["complete_ns"].max() if complete else pd.NA
         t = (end - start) / 1e9 if complete else np.nan
         rows.append({"iteration": it, "complete": complete, "start_ns": start, "end_ns": end,
@@ -131,7 +135,7 @@ def background_flows(msgs: pd.DataFrame, tags: pd.Series, bw_bps: float) -> list
     """Completion of traffic outside the collective (bulk, victim), against its time alone at
     line rate."""
     out = []
-    for _, m in msgs[tags != "collective"].iterrows():
+    for _, m in msgs[tags.isin(["bulk", "victim"])].iterrows():
         ideal = m["bytes"] * 8 / bw_bps
         fct = (m["complete_ns"] - m["release_ns"]) / 1e9 if m["complete"] else None
         out.append({"msg": int(m["msg"]), "tag": m["tag"], "src": m["src"], "dst": m["dst"], "bytes": int(m["bytes"]),
@@ -157,7 +161,17 @@ def analyze(run_dir: Path) -> dict:
     S = sc["workload"]["bytes_per_rank"]
     workload = sc["workload"]["type"]
     tags = msgs["tag"] if "tag" in msgs else pd.Series("collective", index=msgs.index)
-    iters = iteration_table(msgs[tags == "collective"], workload, n, S, bw_bps)
+    if workload == "pipeline":
+        job = pipeline_job(Scenario.from_dict(sc))
+        bound, formula = pipeline.bound_s(job, bw_bps), pipeline.BOUND_FORMULA
+    elif workload in ("chakra", "simai"):
+        # a trace has no closed-form cost: its busiest NIC's bytes at line rate bound it from below
+        net = msgs[(msgs["iteration"] == 0) & (msgs["op"] != "compute")]
+        bound = float(net.groupby("src")["bytes"].sum().max()) * 8 / bw_bps if len(net) else 0.0
+        formula = "max_r sent_r/B (busiest NIC, compute not counted)"
+    else:
+        bound, formula = bound_s(workload, n, S, bw_bps), bound_formula(workload)
+    iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
     pkts.to_parquet(run_dir / "packets.parquet", index=False)
     msgs.to_parquet(run_dir / "messages.parquet", index=False)
     iters.to_parquet(run_dir / "iterations.parquet", index=False)
@@ -241,7 +255,7 @@ def analyze(run_dir: Path) -> dict:
         "mechanisms": manifest["mechanisms"],
         "timings_s": manifest["timings_s"],
         "collective": {
-            "algorithm": workload, "ranks": n, "bytes_per_rank": S, "bound_formula": bound_formula(workload),
+            "algorithm": workload, "ranks": n, "bytes_per_rank": S, "bound_formula": formula,
             "link_bw_mbps": sc["fabric"]["bw_mbps"],
             "iterations": len(iters), "iterations_complete": int(iters["complete"].sum()),
             "time_s": [None if np.isnan(t) else float(t) for t in iters["time_s"]],
@@ -284,6 +298,24 @@ def analyze(run_dir: Path) -> dict:
             "cpus": manifest["machine"]["cpus"],
         },
     }
+    if workload == "pipeline" and "op" in msgs:
+        # per iteration: the pipeline's 1F1B (compute and activation/gradient transfers), then the
+        # DP AllReduces of every stage
+        phases = {"pipeline_1f1b": msgs["op"].isin(["compute", "p2p"]), "dp_allreduce": msgs["op"].isin(["reduce", "copy"])}
+        summary["collective"]["phases_s"] = {}
+        for name, sel in phases.items():
+            spans = [(g["complete_ns"].max() - g["release_ns"].min()) / 1e9
+                     for _, g in msgs[sel].groupby("iteration") if g["complete"].all()]
+            summary["collective"]["phases_s"][name] = [float(x) for x in spans]
+        summary["collective"]["model"] = dataclasses.asdict(job)
+    if workload in ("pipeline", "chakra", "simai"):
+        w = sc["workload"]
+        summary["collective"]["scale"] = {"bytes": w["bytes_scale"], "time": w["time_scale"]}
+        if workload != "pipeline":
+            summary["collective"]["trace"] = w["trace"]
+            summary["collective"]["collective_algorithm"] = w["collective_algorithm"]
+        summary["collective"]["transfers"] = int((msgs["op"] != "compute").sum()) // max(1, len(iters))
+        summary["collective"]["compute_steps"] = int((msgs["op"] == "compute").sum()) // max(1, len(iters))
     summary["faults"] = faults
     summary["qos"] = qos
     summary["latency_by_dscp_us"] = {

@@ -24,6 +24,8 @@ class Message:
     # message is its own data for that receiver ("a2a"). Empty for plain transfers.
     op: str = ""
     segments: tuple[int, ...] = ()
+    # A compute step (op "compute", src == dst, no bytes): done duration_ns after it may start.
+    duration_ns: int = 0
 
 
 def chunk_sizes(total_bytes: int, n: int) -> list[int]:
@@ -59,13 +61,13 @@ def _ring_phase(b: _Builder, ring: list[str], chunks: list[tuple[int, ...]], op:
     offset 0 with op reduce (member r ends with chunk r+1 complete); all-gather after it is
     offset 1 with op copy; a plain all-gather is offset 0. Within a flat ring the chunk passed on
     is all a step needs; ``in_order`` (a ring inside a hierarchical algorithm, whose chunks also
-    hold what earlier phases delivered) makes each step wait for everything the member has
-    received since ``start``. Returns each member's last arrival."""
+    hold what earlier phases delivered) makes each step wait for ``start`` and everything the
+    member has received. Returns each member's last arrival."""
     n = len(ring)
     last = dict(start)
     for k in range(n - 1):
         # every member's deps before any send of this step joins an inbox
-        deps = {m: b.after_all(m, last[m]) if in_order else last[m] for m in ring}
+        deps = {m: b.after_all(m, start[m] + last[m]) if in_order else last[m] for m in ring}
         sent = {}
         for r in range(n):
             c = (r + offset - k) % n

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import gc
+import heapq
 import json
 import os
 import resource
@@ -131,6 +132,8 @@ class Engine:
         self.rx_crc_base: dict[tuple[int, int, int], int] = {}
         shapes: dict[int, set[tuple[int, int]]] = {f["id"]: set() for f in flows}
         for m in plan["messages"]:
+            if m[1] < 0:
+                continue
             npk, tail = max(1, -(-m[2] // self.payload)), self._tail(m[2])
             if npk == 1:
                 shapes[m[1]].add((RC_SEND_ONLY, tail))
@@ -163,9 +166,12 @@ class Engine:
                            if self.dcqcn else CC_TICK_MAX_NS)
         msgs = plan["messages"]
         n = len(msgs)
+        # A message with flow -1 is compute: no packets, it completes duration_ns after its release.
         self.msg_flow = [m[1] for m in msgs]
         self.msg_bytes = [m[2] for m in msgs]
-        self.msg_npkts = [max(1, -(-m[2] // self.payload)) for m in msgs]
+        self.msg_duration_ns = [m[4] if len(m) > 4 else 0 for m in msgs]
+        self.msg_npkts = [max(1, -(-m[2] // self.payload)) if m[1] >= 0 else 0 for m in msgs]
+        self.timers: list[tuple[int, int]] = []  # (done_ns, compute message), a heap
         self.msg_waiting = [len(m[3]) for m in msgs]
         self.dependents: list[list[int]] = [[] for _ in range(n)]
         for m in msgs:
@@ -214,10 +220,32 @@ class Engine:
 
     def release(self, msg: int, now: int) -> None:
         flow = self.msg_flow[msg]
-        h = self.hosts[self.flow_src[flow]]
         self.release_ns[msg] = now
+        if flow < 0:
+            heapq.heappush(self.timers, (now + self.msg_duration_ns[msg], msg))
+            return
+        h = self.hosts[self.flow_src[flow]]
         h.queues[self.flow_prio[flow]].append(msg)
         self._activate(h, now)
+
+    def _complete(self, msg: int, t: int) -> None:
+        """Every byte of ``msg`` is at its destination (or its compute is done): release what
+        waited for it."""
+        self.complete_ns[msg] = t
+        self.completed += 1
+        for d in self.dependents[msg]:
+            self.msg_waiting[d] -= 1
+            if self.msg_waiting[d] == 0:
+                self.release(d, t)
+
+    def run_compute(self, now: int) -> None:
+        timers = self.timers
+        while timers and timers[0][0] <= now:
+            done, msg = heapq.heappop(timers)
+            self.acked_ns[msg] = done
+            self.acked += 1
+            self.last_progress = now
+            self._complete(msg, done)
 
     def _go_back(self, flow: int, now: int) -> None:
         h = self.hosts[self.flow_src[flow]]
@@ -359,7 +387,7 @@ class Engine:
                 continue
             magic, flow, msg, seq, tx = PAYLOAD_STRUCT.unpack_from(buf, PAYLOAD_OFF)
             if (opcode not in SEND_OPCODES or magic != PAYLOAD_MAGIC or msg >= nmsgs
-                    or self.flow_dst[self.msg_flow[msg]] != h.idx):
+                    or self.msg_flow[msg] != flow or self.flow_dst[flow] != h.idx):
                 h.stray += 1
                 continue
             if self.verify_icrc:
@@ -394,12 +422,7 @@ class Engine:
             self.msg_recv_bytes[msg] += min(n - HEADER_BYTES, self.msg_bytes[msg] - seq * self.payload)
             self.last_progress = rx
             if r == self.msg_npkts[msg]:
-                self.complete_ns[msg] = rx
-                self.completed += 1
-                for d in self.dependents[msg]:
-                    self.msg_waiting[d] -= 1
-                    if self.msg_waiting[d] == 0:
-                        self.release(d, rx)
+                self._complete(msg, rx)
 
     def _reply(self, h: Host, frame) -> bool:
         """Send an ACK, NAK or CNP now, ahead of the pacing (the NIC's control path)."""
@@ -516,6 +539,8 @@ class Engine:
             if self.reliable and now >= next_rto_check:
                 self.check_timeouts(now)
                 next_rto_check = now + RTO_CHECK_NS
+            if self.timers and self.timers[0][0] <= now:
+                self.run_compute(now)
             if self.cc_running and now >= next_cc:
                 self.run_rate_timers(now)
                 next_cc = now + self.cc_tick_ns
@@ -524,6 +549,8 @@ class Engine:
                 wake = min(wake, next_rto_check)
             if self.cc_running:
                 wake = min(wake, next_cc)
+            if self.timers:
+                wake = min(wake, self.timers[0][0])
             timeout = max(0.0, (wake - time.monotonic_ns()) / 1e9)
             for fd, _ in ep.poll(timeout):
                 h = by_fd[fd]

@@ -73,10 +73,15 @@ class ControllerSpec:
 class WorkloadSpec:
     type: str = spec("ring_allreduce", "traffic: a collective (ring_allreduce, halving_doubling: Rabenseifner's "
                      "AllReduce, torus2d_allreduce: reduce-scatter along X, AllReduce along Y, all-gather along X, "
-                     "allgather, reducescatter: rings, alltoall), shift (rank r sends to rank r + shift) or "
-                     "incast (senders hosts send to receiver at once)", "str",
+                     "allgather, reducescatter: rings, alltoall), pipeline (1F1B training steps of pp stages, "
+                     "dp replicas with a DP AllReduce per stage), chakra or simai (replay workload.trace), "
+                     "shift (rank r sends to rank r + shift) or incast (senders hosts send to receiver at once)", "str",
                      choices=("ring_allreduce", "halving_doubling", "torus2d_allreduce", "allgather", "reducescatter",
-                              "alltoall", "shift", "incast"))
+                              "alltoall", "pipeline", "chakra", "simai", "shift", "incast"))
+    trace: str = spec("", "chakra: a folder of <name>.<rank>.et files; simai: a SimAI/ASTRA-sim text workload "
+                      "(relative to the project root)", "str")
+    collective_algorithm: str = spec("ring", "chakra and simai: how their collectives run (ring, or "
+                                     "halving_doubling for AllReduce)", "str", choices=("ring", "halving_doubling"))
     placement: str = spec("fabric", "rank order over the hosts: fabric (a ring that follows the fabric: a snake "
                           "through a torus, fabric order elsewhere; a torus's own grid for torus2d_allreduce), "
                           "hosts (the fabric's host order) or random (shuffled with run.seed)", "str",
@@ -101,6 +106,24 @@ class WorkloadSpec:
                                "all-gather output, all-to-all send buffer), bytes", "bytes", 1024, 1 << 30)
     iterations: int = spec(3, "collective iterations (a barrier separates them)", "int", 1, 1000)
     payload_bytes: int = spec(4096, "RoCE payload per packet (path MTU), bytes", "int", 256, 8900)
+    pp: int = spec(4, "pipeline: stages (one host each)", "int", 2, 1024)
+    dp: int = spec(1, "pipeline: data-parallel replicas of the pipeline (a DP AllReduce per stage when > 1)",
+                   "int", 1, 1024)
+    tp: int = spec(1, "pipeline: tensor-parallel degree inside a host (divides activation and gradient bytes)",
+                   "int", 1, 64)
+    microbatches: int = spec(8, "pipeline: micro-batches per replica and step", "int", 1, 4096)
+    micro_batch_size: int = spec(1, "pipeline: sequences per micro-batch", "int", 1, 4096)
+    seq_len: int = spec(2048, "pipeline: tokens per sequence", "int", 1, 1 << 20)
+    hidden: int = spec(4096, "pipeline: hidden size", "int", 1, 1 << 17)
+    layers_per_stage: int = spec(4, "pipeline: transformer layers per stage (12 hidden^2 weights each)",
+                                 "int", 1, 1024)
+    bytes_per_element: int = spec(2, "pipeline: bytes per activation and gradient element (2: bf16)", "int", 1, 8)
+    fwd_compute_ms: float = spec(10.0, "pipeline: forward compute per micro-batch and stage, ms", "float", 0.0, 1e6)
+    bwd_compute_ms: float = spec(20.0, "pipeline: backward compute per micro-batch and stage, ms", "float", 0.0, 1e6)
+    bytes_scale: float = spec(1.0, "pipeline, chakra, simai: every transfer's size is multiplied by this (fit a "
+                              "real model to the emulated links; results state it)", "float", 1e-9, 1e6)
+    time_scale: float = spec(1.0, "pipeline, chakra, simai: every compute time is multiplied by this", "float",
+                             1e-9, 1e6)
     dscp: int = spec(26, "DSCP of data packets", "int", 0, 63)
 
 
@@ -383,6 +406,12 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     n_hosts = len(fabric.hosts)
     if n_hosts < 2:
         raise InputError(where, "fabric", "a collective needs at least 2 hosts")
+    if w.type in ("chakra", "simai"):
+        from testbed.workload import trace_messages  # noqa: PLC0415 (workload imports this module)
+        trace_messages(sc, [h.name for h in fabric.hosts], where)  # a bad trace file is bad input
+    if w.type == "pipeline" and w.pp * w.dp > n_hosts:
+        raise InputError(where, "workload.pp", f"pp x dp = {w.pp * w.dp} stages need as many hosts; this fabric "
+                         f"has {n_hosts}")
     if w.type == "halving_doubling" and n_hosts & (n_hosts - 1):
         raise InputError(where, "workload.type", f"halving_doubling needs a power-of-two number of ranks; this "
                          f"fabric has {n_hosts} hosts")

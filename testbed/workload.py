@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import dataclasses
-
-from testbed import qos
 import math
 import random
+from pathlib import Path
 
+from testbed import qos
 from testbed.collectives import (Message, all_to_all, background, halving_doubling_allreduce, incast,
                                  ring_allgather, ring_allreduce, ring_reducescatter, shift_permutation,
                                  torus2d_allreduce)
+from testbed.errors import InputError
+from testbed.pipeline import PipelineJob, model_bytes, pipeline_step
 from testbed.scenario import Scenario
+from testbed.traces import chakra_files, chakra_messages, read_simai, simai_messages
 from topologies.model import Fabric
 from topologies.torus import snake_order
 
@@ -26,7 +29,7 @@ def placed_ranks(sc: Scenario, fabric: Fabric) -> list[str]:
     """Every host as a rank, in the order workload.placement asks for."""
     p = sc.workload.placement
     if p == "fabric":
-        if sc.workload.type == "torus2d_allreduce" and fabric.kind == "torus":
+        if sc.workload.type in ("torus2d_allreduce", "pipeline") and fabric.kind == "torus":
             # the torus's own grid, rows along its first dimension
             return [h.name for h in sorted(fabric.hosts, key=lambda h: (tuple(reversed(h.coord)), h.name))]
         return ring_ranks(fabric)
@@ -45,6 +48,47 @@ def grid_width(sc: Scenario, fabric: Fabric) -> int:
         hosts_per_switch = n // math.prod(fabric.dims)
         return fabric.dims[0] * hosts_per_switch
     return max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+
+
+def pipeline_job(sc: Scenario) -> PipelineJob:
+    w = sc.workload
+    act, grads = model_bytes(w.micro_batch_size, w.seq_len, w.hidden, w.bytes_per_element, w.tp, w.layers_per_stage)
+    return PipelineJob(pp=w.pp, dp=w.dp, microbatches=w.microbatches,
+                       activation_bytes=max(1, round(act * w.bytes_scale)),
+                       grad_bytes_per_stage=max(1, round(grads * w.bytes_scale)),
+                       fwd_ns=round(w.fwd_compute_ms * w.time_scale * 1e6),
+                       bwd_ns=round(w.bwd_compute_ms * w.time_scale * 1e6))
+
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def trace_path(sc: Scenario) -> Path:
+    p = Path(sc.workload.trace)
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+def trace_ranks(sc: Scenario, path: Path) -> int:
+    if sc.workload.type == "chakra":
+        return len(chakra_files(path))
+    return read_simai(path).params["all_gpus"]
+
+
+def trace_messages(sc: Scenario, hosts: list[str], where: str = "") -> tuple[list[str], list[Message]]:
+    """The trace's ranks placed on the first hosts of the placement, and its messages."""
+    w = sc.workload
+    if not w.trace:
+        raise InputError(where, "workload.trace", f"{w.type} needs a trace")
+    path = trace_path(sc)
+    if not path.exists():
+        raise InputError(where, "workload.trace", f"{path} does not exist")
+    n = trace_ranks(sc, path)
+    if n > len(hosts):
+        raise InputError(where, "workload.trace", f"{path.name} has {n} ranks, the fabric {len(hosts)} hosts")
+    ranks = hosts[:n]
+    if w.type == "chakra":
+        return ranks, chakra_messages(path, ranks, w.bytes_scale, w.time_scale, w.collective_algorithm, w.iterations)
+    return ranks, simai_messages(path, ranks, w.bytes_scale, w.time_scale, w.collective_algorithm, w.iterations)
 
 
 COLLECTIVES = {"halving_doubling": halving_doubling_allreduce, "allgather": ring_allgather,
@@ -69,6 +113,13 @@ def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Messag
     elif w.type in COLLECTIVES:
         ranks = placed_ranks(sc, fabric)
         msgs = COLLECTIVES[w.type](ranks, w.bytes_per_rank, w.iterations)
+    elif w.type == "pipeline":
+        # replica d takes ranks d*pp .. d*pp + pp - 1 (on a torus with placement fabric: a row along
+        # the first dimension, so stages are neighbours and a stage's replicas share a column)
+        ranks = placed_ranks(sc, fabric)[:w.pp * w.dp]
+        msgs = pipeline_step(pipeline_job(sc), [ranks[d * w.pp:(d + 1) * w.pp] for d in range(w.dp)], w.iterations)
+    elif w.type in ("chakra", "simai"):
+        ranks, msgs = trace_messages(sc, placed_ranks(sc, fabric))
     elif w.type == "torus2d_allreduce":
         ranks = placed_ranks(sc, fabric)
         x = grid_width(sc, fabric)
@@ -96,7 +147,8 @@ def flows_of(messages: list[Message]) -> list[tuple[str, str, str]]:
     """One flow (queue pair) per (src, dst, tag) that exchanges messages, in first-use order."""
     seen: dict[tuple[str, str, str], None] = {}
     for m in messages:
-        seen.setdefault((m.src, m.dst, m.tag), None)
+        if m.op != "compute":
+            seen.setdefault((m.src, m.dst, m.tag), None)
     return list(seen)
 
 
@@ -116,7 +168,7 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
                 out_dir: str) -> dict:
     flows = flows_of(messages)
     flow_id = {f: i for i, f in enumerate(flows)}
-    used = {h for f in flows for h in f[:2]}
+    used = {h for f in flows for h in f[:2]}  # hosts with only compute need no socket
     cls = qos.class_of_dscp(sc)
     strict = sc.qos.scheduling == "strict"
     flow_specs = []
@@ -134,5 +186,6 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
         "hosts": [{"name": h.name, "pid": host_pids[h.name], "ifname": h.intf, "mac": h.mac, "ip": h.ip,
                    "bw_bps": sc.fabric.bw_mbps * 1e6} for h in fabric.hosts if h.name in used],
         "flows": flow_specs,
-        "messages": [[m.id, flow_id[(m.src, m.dst, m.tag)], m.bytes, list(m.deps)] for m in messages],
+        "messages": [[m.id, -1 if m.op == "compute" else flow_id[(m.src, m.dst, m.tag)], m.bytes, list(m.deps),
+                      m.duration_ns] for m in messages],
     }

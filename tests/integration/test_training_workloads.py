@@ -1,0 +1,58 @@
+"""Training workloads as real traffic (root): 1F1B pipelines with and without data parallelism, and
+SimAI and Chakra traces, complete with per-iteration times, phases and the scale they ran at."""
+import pandas as pd
+import pytest
+
+from helpers import run_dirs, run_testbed, summary_of
+
+pytestmark = pytest.mark.root
+
+
+def run_one(tmp_path, name, *sets):
+    args = [a for s in sets for a in ("--set", s)]
+    out = run_testbed(tmp_path, "run", name, *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    run_dir = run_dirs(tmp_path)[-1]
+    s = summary_of(run_dir)
+    assert s["status"] == "ok", s["problems"]
+    c = s["collective"]
+    assert c["iterations_complete"] == c["iterations"] >= 2 and all(t > 0 for t in c["time_s"])
+    assert c["bound_s"] > 0 and c["bound_ratio"] > 0
+    return run_dir, s
+
+
+@pytest.mark.parametrize("name,sets,stages,replicas,lossless", [
+    ("hybrid-torus", ("workload.microbatches=4",), 4, 4, True),
+    # PFC with default thresholds: a few frames can still drop behind Open vSwitch's input backlog
+    # (issue 4's finding); go-back-N recovers them and every loss is accounted for
+    ("pipeline-fattree", ("workload.microbatches=8",), 8, 2, False),
+])
+def test_pipeline_training_steps(tmp_path, name, sets, stages, replicas, lossless):
+    run_dir, s = run_one(tmp_path, name, *sets)
+    c = s["collective"]
+    assert s["packets"]["unaccounted"] == 0 and (s["packets"]["lost"] == 0 or not lossless)
+    assert c["model"]["pp"] == stages and c["model"]["dp"] == replicas and c["scale"] == {"bytes": 0.0625, "time": 1.0}
+    # every step: the 1F1B part, then the stages' DP AllReduces, both measured
+    assert len(c["phases_s"]["pipeline_1f1b"]) == len(c["phases_s"]["dp_allreduce"]) == 2
+    # no step can beat its compute: (m + p - 1) slots of a forward and a backward
+    m = c["model"]["microbatches"]
+    compute_s = (m + stages - 1) * (c["model"]["fwd_ns"] + c["model"]["bwd_ns"]) / 1e9
+    assert all(t >= compute_s for t in c["phases_s"]["pipeline_1f1b"])
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    it0 = msgs[msgs["iteration"] == 0]
+    assert (it0["op"] == "compute").sum() == 2 * m * stages * replicas
+    assert (it0["op"] == "p2p").sum() == 2 * m * (stages - 1) * replicas
+    assert msgs["complete"].all()
+
+
+@pytest.mark.parametrize("name,transfers,min_ratio", [
+    ("simai-microallreduce", 2 * 2 * 7 * 8, 0.7),   # two ring AllReduces over 8 ranks: 2 x 2(N-1) x N messages
+    ("chakra-ring8", 14 * 8, 0.7),                  # the trace's own sends: 14 per rank
+    ("chakra-allreduce16", 2 * 15 * 16, 0.4),       # one ring AllReduce over 16 ranks
+])
+def test_trace_replays(tmp_path, name, transfers, min_ratio):
+    run_dir, s = run_one(tmp_path, name, "workload.iterations=2")
+    c = s["collective"]
+    assert s["packets"]["lost"] == 0 and c["trace"].startswith("traces/")
+    assert c["transfers"] == transfers
+    assert c["bound_ratio"] >= min_ratio, c  # measured: 0.96, 0.95, 0.64-0.72
