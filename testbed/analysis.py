@@ -27,6 +27,7 @@ from testbed.transport_analysis import transport_summary
 from testbed.workload import pipeline_job
 
 SUMMARY_VERSION = 1
+NO_SINGLE_S = ("pipeline", "chakra", "simai")
 # Fidelity thresholds: the run says it could not keep up when any is crossed.
 MAX_PACING_LATE_FRACTION = 0.01
 MAX_MACHINE_BUSY_FRACTION = 0.97
@@ -263,8 +264,11 @@ def analyze(run_dir: Path) -> dict:
             "bound_s": float(iters["bound_s"].iloc[0]),
             "bound_ratio": (float(iters["bound_s"].iloc[0]) / mean_t) if mean_t else None,
             "bound_ratio_min": float(complete_iters["bound_ratio"].min()) if len(complete_iters) else None,
-            "algbw_mbps": S * 8 / mean_t / 1e6 if mean_t else None,
-            "busbw_mbps": S * 8 / mean_t / 1e6 * busbw_factor(workload, n) if mean_t else None,
+            # bandwidths of a single collective of S bytes per rank (nccl-tests' definitions); a
+            # pipeline or a trace has no one S
+            "algbw_mbps": S * 8 / mean_t / 1e6 if mean_t and workload not in NO_SINGLE_S else None,
+            "busbw_mbps": S * 8 / mean_t / 1e6 * busbw_factor(workload, n) if mean_t and workload not in NO_SINGLE_S
+                          else None,
             "header_overhead_fraction": HEADER_BYTES / (HEADER_BYTES + sc["workload"]["payload_bytes"]),
         },
         "latency_us": {"p50": _pct(lat_us, 50), "p99": _pct(lat_us, 99),
@@ -308,6 +312,14 @@ def analyze(run_dir: Path) -> dict:
                      for _, g in msgs[sel].groupby("iteration") if g["complete"].all()]
             summary["collective"]["phases_s"][name] = [float(x) for x in spans]
         summary["collective"]["model"] = dataclasses.asdict(job)
+    if "group" in msgs and (msgs["group"] != "").any():
+        # each collective instance (or phase) of a step: its span in every iteration
+        summary["collective"]["collectives"] = [
+            {"name": name, "ranks": int(pd.concat([g["src"], g["dst"]]).nunique()),
+             "bytes_per_iteration": int(g.loc[g["iteration"] == g["iteration"].min(), "bytes"].sum()),
+             "time_s": [float((x["complete_ns"].max() - x["release_ns"].min()) / 1e9) if x["complete"].all() else None
+                        for _, x in g.groupby("iteration")]}
+            for name, g in msgs[msgs["group"] != ""].groupby("group", sort=False)]
     if workload in ("pipeline", "chakra", "simai"):
         w = sc["workload"]
         summary["collective"]["scale"] = {"bytes": w["bytes_scale"], "time": w["time_scale"]}

@@ -31,6 +31,13 @@ def print_summary(s: dict, run_dir: Path) -> None:
     t.add_row(f"analytical bound {a['bound_formula']} (s)", _fmt(a["bound_s"]))
     t.add_row("bound / measured (mean, min)", f"{_fmt(a['bound_ratio'])}, {_fmt(a['bound_ratio_min'])}")
     t.add_row("bus bandwidth (Mb/s)", _fmt(a["busbw_mbps"], "{:.1f}"))
+    colls = a.get("collectives", [])
+    for c in colls[:6]:
+        t.add_row(f"  {c['name']} (s)", ", ".join(_fmt(x) for x in c["time_s"]))
+    if len(colls) > 6:
+        t.add_row(f"  ... {len(colls) - 6} more collectives", "summary.json")
+    for name, spans in a.get("phases_s", {}).items():
+        t.add_row(f"  phase {name} (s)", ", ".join(_fmt(x) for x in spans))
     t.add_row("one-way latency p50 / p99 / max (us)",
               " / ".join(_fmt(lat[k], "{:.0f}") for k in ("p50", "p99", "max")))
     t.add_row("goodput, all ranks (Mb/s)", _fmt(s["goodput"]["aggregate_mbps"], "{:.1f}"))

@@ -26,6 +26,9 @@ class Message:
     segments: tuple[int, ...] = ()
     # A compute step (op "compute", src == dst, no bytes): done duration_ns after it may start.
     duration_ns: int = 0
+    # Which collective instance (or pipeline phase) of a training step it belongs to, when a
+    # step has several: results time each one.
+    group: str = ""
 
 
 def chunk_sizes(total_bytes: int, n: int) -> list[int]:
@@ -37,15 +40,15 @@ class _Builder:
     """Appends messages with consecutive ids, and keeps what each rank has received in this
     iteration (``inbox``): a rank that runs its steps in order may use any of it."""
 
-    def __init__(self, seg_bytes: list[int], iteration: int, msgs: list[Message]):
-        self.seg_bytes, self.iteration, self.msgs = seg_bytes, iteration, msgs
+    def __init__(self, seg_bytes: list[int], iteration: int, msgs: list[Message], group: str = ""):
+        self.seg_bytes, self.iteration, self.msgs, self.group = seg_bytes, iteration, msgs, group
         self.inbox: dict[str, list[int]] = {}
 
     def send(self, step: int, src: str, dst: str, segments: tuple[int, ...], op: str, deps: tuple[int, ...],
              chunk: int = -1) -> int:
         mid = len(self.msgs)
         self.msgs.append(Message(mid, self.iteration, step, src, dst, sum(self.seg_bytes[s] for s in segments),
-                                 tuple(deps), chunk, "collective", op, tuple(segments)))
+                                 tuple(deps), chunk, "collective", op, tuple(segments), 0, self.group))
         self.inbox.setdefault(dst, []).append(mid)
         return mid
 

@@ -69,10 +69,10 @@ def pipeline_step(job: PipelineJob, replicas: list[list[str]], iterations: int =
         for rep in replicas:
             _replica(b, job, rep, barrier, last_done)
         if job.dp > 1:
-            grads = _Builder(chunk_sizes(job.grad_bytes_per_stage, job.dp), it, msgs)
             chunks = [(c,) for c in range(job.dp)]
             step0 = max(m.step for m in msgs[first:]) + 1
             for s in range(job.pp):
+                grads = _Builder(chunk_sizes(job.grad_bytes_per_stage, job.dp), it, msgs, f"dp_allreduce stage {s}")
                 ring = [rep[s] for rep in replicas]
                 # in order: every step also waits for the member's own last backward (its gradients)
                 done = _ring_phase(grads, ring, chunks, "reduce", 0, {h: (last_done[h],) for h in ring}, step0,

@@ -96,7 +96,8 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
         (raw / "fabric.json").write_text(fabric.to_json())
         (raw / "schedule.json").write_text(json.dumps(
             [{"id": m.id, "iteration": m.iteration, "step": m.step, "src": m.src, "dst": m.dst,
-              "bytes": m.bytes, "chunk": m.chunk, "tag": m.tag, "op": m.op, "duration_ns": m.duration_ns}
+              "bytes": m.bytes, "chunk": m.chunk, "tag": m.tag, "op": m.op, "duration_ns": m.duration_ns,
+              "group": m.group}
              for m in messages]))
         try:
             _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log)

@@ -170,7 +170,8 @@ COLLECTIVE_BUILDERS = {
 
 
 def _collective(msgs: list[Message], kind: str, algorithm: str, ranks: list[str], nbytes: int,
-                starts: dict[str, tuple[int, ...]], iteration: int, step0: int) -> dict[str, tuple[int, ...]]:
+                starts: dict[str, tuple[int, ...]], iteration: int, step0: int,
+                group: str) -> dict[str, tuple[int, ...]]:
     """Append one collective over ``ranks`` (every message shifted to follow ``msgs``, each rank's
     first sends after ``starts[rank]``); returns, per rank, the arrivals it has to wait for."""
     sched = COLLECTIVE_BUILDERS[algorithm][kind](ranks, max(nbytes, len(ranks)), 1)
@@ -179,7 +180,7 @@ def _collective(msgs: list[Message], kind: str, algorithm: str, ranks: list[str]
         # every send of a rank also waits for the rank's own start: its data is ready then
         deps = tuple(sorted({d + off for d in m.deps} | set(starts[m.src])))
         msgs.append(Message(m.id + off, iteration, step0 + m.step, m.src, m.dst, m.bytes, deps, m.chunk,
-                            "collective", m.op, m.segments))
+                            "collective", m.op, m.segments, 0, group))
     done = {r: tuple(m.id + off for m in sched if m.dst == r) for r in ranks}
     return {r: done[r] or starts[r] for r in ranks}
 
@@ -301,7 +302,7 @@ def _build_collective(group, files, ranks, bytes_scale, algorithm, it, step, don
                          f"{kinds[q0]} is not one of {CHAKRA_COLLECTIVES}")
     starts = {ranks[q]: start_of(q, node) for q, node in group.items()}
     finished = _collective(msgs, kind, algorithm, list(ranks), max(1, round(sizes[q0] * bytes_scale)), starts, it,
-                           max(step))
+                           max(step), f"{kind} (rank {q0} node {group[q0].id})")
     for q, node in group.items():
         done[q][node.id] = finished[ranks[q]]
 
@@ -450,7 +451,7 @@ def simai_messages(path: Path, ranks: list[str], bytes_scale: float, time_scale:
             last[r] = (mid,)
         step += 1
 
-    def communicate(phase: str, comm: str, nbytes: int, it: int) -> None:
+    def communicate(phase: str, comm: str, nbytes: int, it: int, layer_name: str) -> None:
         nonlocal step
         base = re.sub(r"_(DP_EP|EP)$", "", comm)
         if base == "NONE" or nbytes <= 0:
@@ -458,10 +459,12 @@ def simai_messages(path: Path, ranks: list[str], bytes_scale: float, time_scale:
         kind = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "REDUCESCATTER": "reducescatter",
                 "ALLTOALL": "alltoall"}[base]
         size = max(1, round(nbytes * bytes_scale))
-        for g in groups[group_kind(phase, comm)]:
+        gk = group_kind(phase, comm)
+        for gi, g in enumerate(groups[gk]):
             if len(g) < 2:
                 continue
-            done = _collective(msgs, kind, algorithm, g, size, {r: last[r] for r in g}, it, step)
+            done = _collective(msgs, kind, algorithm, g, size, {r: last[r] for r in g}, it, step,
+                               f"{layer_name} {phase} {kind} {gk}{gi}")
             last.update(done)
         step += 1
 
@@ -469,14 +472,14 @@ def simai_messages(path: Path, ranks: list[str], bytes_scale: float, time_scale:
     for it in range(iterations):
         first = len(msgs)
         last = {r: barrier for r in ranks}
-        for layer in w.layers:
+        for i, layer in enumerate(w.layers):
             compute(layer.fwd_ns, it)
-            communicate("fwd", layer.fwd_comm, layer.fwd_bytes, it)
-        for layer in reversed(w.layers):
+            communicate("fwd", layer.fwd_comm, layer.fwd_bytes, it, f"layer{i}")
+        for i, layer in reversed(list(enumerate(w.layers))):
             compute(layer.ig_ns, it)
-            communicate("ig", layer.ig_comm, layer.ig_bytes, it)
+            communicate("ig", layer.ig_comm, layer.ig_bytes, it, f"layer{i}")
             compute(layer.wg_ns, it)
-            communicate("wg", layer.wg_comm, layer.wg_bytes, it)
+            communicate("wg", layer.wg_comm, layer.wg_bytes, it, f"layer{i}")
             compute(layer.update_ns, it)
         needed = {d for m in msgs[first:] for d in m.deps}
         barrier = tuple(m.id for m in msgs[first:] if m.id not in needed)

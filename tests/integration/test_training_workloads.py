@@ -34,6 +34,10 @@ def test_pipeline_training_steps(tmp_path, name, sets, stages, replicas, lossles
     assert c["model"]["pp"] == stages and c["model"]["dp"] == replicas and c["scale"] == {"bytes": 0.0625, "time": 1.0}
     # every step: the 1F1B part, then the stages' DP AllReduces, both measured
     assert len(c["phases_s"]["pipeline_1f1b"]) == len(c["phases_s"]["dp_allreduce"]) == 2
+    # and each stage's DP AllReduce timed on its own
+    assert [x["name"] for x in c["collectives"]] == [f"dp_allreduce stage {st}" for st in range(stages)]
+    assert all(x["ranks"] == replicas and len(x["time_s"]) == 2 and all(t > 0 for t in x["time_s"])
+               for x in c["collectives"])
     # no step can beat its compute: (m + p - 1) slots of a forward and a backward
     m = c["model"]["microbatches"]
     compute_s = (m + stages - 1) * (c["model"]["fwd_ns"] + c["model"]["bwd_ns"]) / 1e9
@@ -45,14 +49,18 @@ def test_pipeline_training_steps(tmp_path, name, sets, stages, replicas, lossles
     assert msgs["complete"].all()
 
 
-@pytest.mark.parametrize("name,transfers,min_ratio", [
-    ("simai-microallreduce", 2 * 2 * 7 * 8, 0.7),   # two ring AllReduces over 8 ranks: 2 x 2(N-1) x N messages
-    ("chakra-ring8", 14 * 8, 0.7),                  # the trace's own sends: 14 per rank
-    ("chakra-allreduce16", 2 * 15 * 16, 0.4),       # one ring AllReduce over 16 ranks
+@pytest.mark.parametrize("name,transfers,collectives,min_ratio", [
+    # two ring AllReduces (16 and 64 MiB / 64) over 8 ranks: 2 x 2(N-1) x N messages
+    ("simai-microallreduce", 2 * 2 * 7 * 8, [("layer0 fwd allreduce tp0", 2 * 7 * (256 << 10)),
+                                             ("layer1 fwd allreduce tp0", 2 * 7 * (1 << 20))], 0.7),
+    ("chakra-ring8", 14 * 8, [], 0.7),                                   # the trace's own sends: 14 per rank
+    ("chakra-allreduce16", 2 * 15 * 16, [("allreduce (rank 0 node 0)", 2 * 15 * (1 << 20))], 0.4),
 ])
-def test_trace_replays(tmp_path, name, transfers, min_ratio):
+def test_trace_replays(tmp_path, name, transfers, collectives, min_ratio):
     run_dir, s = run_one(tmp_path, name, "workload.iterations=2")
     c = s["collective"]
     assert s["packets"]["lost"] == 0 and c["trace"].startswith("traces/")
     assert c["transfers"] == transfers
+    assert [(x["name"], x["bytes_per_iteration"]) for x in c.get("collectives", [])] == collectives
+    assert all(len(x["time_s"]) == 2 and all(t > 0 for t in x["time_s"]) for x in c.get("collectives", []))
     assert c["bound_ratio"] >= min_ratio, c  # measured: 0.96, 0.95, 0.64-0.72
