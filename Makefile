@@ -6,7 +6,7 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf scenario test test-unit clean-state list
+.PHONY: setup host venv bpf scenario analyze baseline regress test test-unit clean-state list
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf
@@ -32,6 +32,18 @@ $(VENV)/.installed: pyproject.toml | host
 
 scenario: setup
 	$(PY) -m testbed run $(NAME) $(SET_ARGS)
+
+# Re-analyse a scenario's latest run (or RUN=<run folder>) from its raw files.
+analyze: venv
+	$(PY) -m testbed analyze $(if $(RUN),$(RUN),$(NAME))
+
+# Store a new run of NAME (or RUN=<run folder>) as its baseline in baselines/.
+baseline: setup
+	$(PY) -m testbed baseline $(NAME) $(if $(RUN),--run $(RUN))
+
+# Run every scenario with expectations or a baseline (or NAMES="a b"), one verdict table.
+regress: setup
+	$(PY) -m testbed regress $(NAMES) $(SET_ARGS)
 
 list: venv
 	@$(PY) -m testbed list

@@ -22,6 +22,7 @@ from testbed import pipeline
 from testbed.collectives import bound_formula, bound_s, busbw_factor
 from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import qos_summary
+from testbed.regress import check_expectations
 from testbed.scenario import Scenario
 from testbed.transport_analysis import transport_summary
 from testbed.workload import pipeline_job
@@ -355,5 +356,14 @@ def analyze(run_dir: Path) -> dict:
             f"the engine's receive sockets dropped {tr['agents']['receiver_socket_drops']} packets: "
             f"the traffic agents could not keep up")
         summary["fidelity"]["verdict"] = "could_not_keep_up"
+    summary["git_commit"] = manifest.get("git_commit")
+    # the scenario's own expectations, on the finished summary
+    summary["expectations"] = check_expectations(summary, sc.get("expect", []))
+    broken = [e for e in summary["expectations"] if not e["ok"]]
+    if broken:
+        summary["problems"] += [f"expectation failed: {e['metric']} {e['op']} {e['expected']} "
+                                f"(is {e['actual']}{', ' + e['why'] if e['why'] else ''})" for e in broken]
+        if summary["status"] == "ok":
+            summary["status"] = "regressed"
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

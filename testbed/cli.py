@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -94,6 +95,14 @@ def print_summary(s: dict, run_dir: Path) -> None:
         t.add_row(f"{b['tag']} {b['src']}->{b['dst']} FCT (s) / slowdown",
                   f"{_fmt(b['fct_s'])} / {_fmt(b['slowdown'], '{:.2f}')}")
     console.print(t)
+    if s.get("expectations"):
+        e = Table(title="expectations")
+        for col in ("metric", "expected", "actual", "verdict"):
+            e.add_column(col)
+        for x in s["expectations"]:
+            e.add_row(x["metric"], f"{x['op']} {x['expected']}", str(x["actual"]),
+                      "[green]ok[/]" if x["ok"] else f"[bold red]FAILED[/] {x['why']}")
+        console.print(e)
     if s["status"] == "deadlock":
         cycle = " -> ".join(f"{m['port']}[{m['class']}]" for m in q["pfc"]["deadlock"]["cycle"])
         console.print(f"[bold red]DEADLOCK[/]: PFC pauses formed a cycle that stopped all progress: {cycle}")
@@ -116,14 +125,107 @@ def cmd_run(args) -> int:
     return 0 if summary["status"] == "ok" else 1
 
 
+def _run_dir(target: str) -> Path:
+    """A run folder, or a scenario name for its latest run under results/."""
+    from testbed.runner import RESULTS_DIR
+    run_dir = Path(target)
+    if (run_dir / "manifest.json").is_file():
+        return run_dir
+    runs = sorted(p.parent for p in (RESULTS_DIR / target).glob("*/manifest.json")) if "/" not in target else []
+    if not runs:
+        raise InputError(target, None, "neither a run folder (no manifest.json) nor a scenario with runs in "
+                         f"{RESULTS_DIR}")
+    return runs[-1]
+
+
 def cmd_analyze(args) -> int:
     from testbed import analysis
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "manifest.json").is_file():
-        raise InputError(str(run_dir), None, "not a run folder (no manifest.json)")
+    run_dir = _run_dir(args.run)
     summary = analysis.analyze(run_dir)
     print_summary(summary, run_dir)
     return 0 if summary["status"] == "ok" else 1
+
+
+def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
+    from testbed import analysis, runner
+    from testbed.scenario import load_scenario
+    sc = load_scenario(name, sets)
+    if os.geteuid() != 0:
+        raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
+    run_dir = runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"))
+    return run_dir, analysis.analyze(run_dir)
+
+
+def cmd_baseline(args) -> int:
+    from testbed import analysis, regress
+    from testbed.scenario import load_scenario
+    load_scenario(args.name)
+    if args.run:
+        run_dir = _run_dir(args.run)
+        summary = analysis.analyze(run_dir)
+    else:
+        run_dir, summary = _run_and_analyze(args.name, [])
+    if summary["scenario"] != args.name:
+        raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {args.name}")
+    if summary["status"] != "ok" or summary["fidelity"]["verdict"] != "kept_up":
+        raise RunFailed(f"{run_dir} is not a clean run (status {summary['status']}, fidelity "
+                        f"{summary['fidelity']['verdict']}): not stored as a baseline")
+    path = regress.save_baseline(summary)
+    console.print(f"baseline for {args.name} stored in {path} (run {summary['run_id']})")
+    return 0
+
+
+def cmd_regress(args) -> int:
+    """Run each regression scenario, check its expectations and compare it with its baseline; a
+    run whose fidelity fails is run once more, and is inconclusive, never a pass, if it fails
+    again."""
+    from testbed import regress
+    from testbed.scenario import list_scenarios, load_scenario
+    names = args.names or [n for n in list_scenarios()
+                           if load_scenario(n).expect or regress.load_baseline(n) is not None]
+    for n in names:
+        load_scenario(n, args.set)  # bad input before anything runs
+    table = Table(title="regression: " + " ".join(names) + (f" (with {' '.join(args.set)})" if args.set else ""))
+    for col in ("scenario", "metric", "baseline / expected", "limit", "now", "verdict"):
+        table.add_column(col, overflow="fold")
+
+    def num(v):
+        if isinstance(v, list):
+            return "[" + ", ".join(num(x) for x in v) + "]"
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    verdicts = {}
+    for n in names:
+        for attempt in (1, 2):
+            run_dir, s = _run_and_analyze(n, args.set)
+            if s["fidelity"]["verdict"] == "kept_up":
+                break
+            console.print(f"[yellow]{n}: the emulation could not keep up ({'; '.join(s['fidelity']['notes'])})"
+                          f"{', running it once more' if attempt == 1 else ''}[/]")
+        rows = []
+        for e in s["expectations"]:
+            rows.append((e["metric"], f"{e['op']} {num(e['expected'])}", "", num(e["actual"]),
+                         "ok" if e["ok"] else "regressed"))
+        base = regress.load_baseline(n)
+        for c in regress.compare(s, base) if base else []:
+            rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
+        if s["status"] not in ("ok", "regressed"):
+            rows.append(("status", "ok", "", s["status"], "regressed"))
+        if s["fidelity"]["verdict"] != "kept_up":
+            verdicts[n] = "inconclusive"
+        elif any(r[4] != "ok" for r in rows):
+            verdicts[n] = "regressed"
+        else:
+            verdicts[n] = "ok"
+        for r in rows:
+            color = "green" if r[4] == "ok" else "red"
+            table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")
+        table.add_row(n, "[bold]run[/]", "", "", run_dir.name, f"[bold]{verdicts[n]}[/]")
+    console.print(table)
+    summary = {"verdicts": verdicts, "sets": args.set}
+    console.print(json.dumps(summary))
+    if any(v == "regressed" for v in verdicts.values()):
+        return 1
+    return 4 if any(v == "inconclusive" for v in verdicts.values()) else 0
 
 
 def cmd_list(_args) -> int:
@@ -152,9 +254,17 @@ def main(argv=None) -> int:
     p.add_argument("name")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("analyze", help="(re)analyse a run folder")
-    p.add_argument("run_dir")
+    p = sub.add_parser("analyze", help="(re)analyse a run folder, or a scenario's latest run")
+    p.add_argument("run", metavar="RUN_DIR|NAME")
     p.set_defaults(func=cmd_analyze)
+    p = sub.add_parser("baseline", help="store a scenario's run (a new one, or --run) as its baseline")
+    p.add_argument("name")
+    p.add_argument("--run", metavar="RUN_DIR|NAME")
+    p.set_defaults(func=cmd_baseline)
+    p = sub.add_parser("regress", help="run regression scenarios against expectations and baselines")
+    p.add_argument("names", nargs="*")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.set_defaults(func=cmd_regress)
     sub.add_parser("list", help="list scenarios").set_defaults(func=cmd_list)
     sub.add_parser("clean", help="remove what killed runs left behind").set_defaults(func=cmd_clean)
     args = ap.parse_args(argv)

@@ -242,6 +242,18 @@ class FaultSpec:
     switch: str = spec("", "switch_down/switch_up: the switch", "str")
 
 
+EXPECT_OPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+@dataclass(frozen=True)
+class ExpectSpec:
+    metric: str = spec("", "a summary.json value as a dotted path (e.g. collective.bound_ratio, "
+                       "packets.lost, transport.steady_state.jain_index, latency_by_dscp_us.26.p99)", "str")
+    op: str = spec(">=", "comparison", "str", choices=EXPECT_OPS)
+    value: Any = spec(None, "the number (or string, for == and !=) to compare with", "any")
+    than: str = spec("", "or another summary value to compare with, as a dotted path", "str")
+
+
 @dataclass(frozen=True)
 class PolicyChangeSpec:
     at_s: float = spec(0.0, "when the controller changes the policy, seconds after traffic starts", "float",
@@ -270,6 +282,7 @@ class Scenario:
     classes: tuple[ClassSpec, ...] = DEFAULT_CLASSES
     faults: tuple[FaultSpec, ...] = ()
     policy_changes: tuple[PolicyChangeSpec, ...] = ()
+    expect: tuple[ExpectSpec, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -285,7 +298,8 @@ class Scenario:
                    **{s: build(c, d[s]) for s, c in SECTIONS.items()},
                    classes=tuple(build(ClassSpec, c) for c in d["classes"]),
                    faults=tuple(build(FaultSpec, f) for f in d["faults"]),
-                   policy_changes=tuple(build(PolicyChangeSpec, p) for p in d.get("policy_changes", ())))
+                   policy_changes=tuple(build(PolicyChangeSpec, p) for p in d.get("policy_changes", ())),
+                   expect=tuple(build(ExpectSpec, e) for e in d.get("expect", ())))
 
     def with_class_change(self, class_name: str, field_name: str, value: Any) -> "Scenario":
         classes = tuple(dataclasses.replace(c, **{field_name: value}) if c.name == class_name else c
@@ -295,7 +309,7 @@ class Scenario:
 
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
             "transport": TransportSpec, "dcqcn": DcqcnSpec, "qos": QosSpec, "run": RunSpec}
-TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", *SECTIONS}
+TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", "expect", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
 
@@ -495,6 +509,21 @@ def _check_policy_change(where: str, i: int, c: PolicyChangeSpec, classes) -> Po
     return dataclasses.replace(c, value=value)
 
 
+def _check_expect(where: str, i: int, e: ExpectSpec) -> ExpectSpec:
+    at = f"expect[{i}]"
+    if not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$", e.metric):
+        raise InputError(where, f"{at}.metric", f"expected a dotted path into summary.json, got {e.metric!r}")
+    if (e.value is None) == (not e.than):
+        raise InputError(where, at, "give exactly one of value and than")
+    if e.than and not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$", e.than):
+        raise InputError(where, f"{at}.than", f"expected a dotted path into summary.json, got {e.than!r}")
+    if e.value is not None:
+        numeric = isinstance(e.value, (int, float)) and not isinstance(e.value, bool)
+        if not numeric and not (isinstance(e.value, (str, bool)) and e.op in ("==", "!=")):
+            raise InputError(where, f"{at}.value", f"{e.value!r} with {e.op}: ordering needs a number")
+    return e
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`section.field=value`; the value is read as TOML (numbers, lists, booleans) or else as a string."""
     if "=" not in text:
@@ -553,8 +582,13 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     changes = tuple(_build_section(where, f"policy_changes[{i}]", PolicyChangeSpec, t)
                     for i, t in enumerate(changes_doc))
     changes = tuple(_check_policy_change(where, i, c, classes) for i, c in enumerate(changes))
+    expect_doc = doc.get("expect", [])
+    if not isinstance(expect_doc, list):
+        raise InputError(where, "expect", "expected an array of tables [[expect]]")
+    expect = tuple(_check_expect(where, i, _build_section(where, f"expect[{i}]", ExpectSpec, t))
+                   for i, t in enumerate(expect_doc))
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
-                  policy_changes=changes, **built)
+                  policy_changes=changes, expect=expect, **built)
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     return sc
 

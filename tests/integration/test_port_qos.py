@@ -77,7 +77,11 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
     assert pfc["reaction_us"]["p50"] < 1000
     (victim,) = [b for b in s["background"] if b["tag"] == "victim"]
     # the same run without PFC: the bottleneck drops, and the victim flows freely
-    _, off = run_one(tmp_path, "incast-pfc", "qos.pfc=false")
+    # the same run without PFC (a sabotaged policy): the bottleneck drops, the scenario's
+    # expectations catch it, and the victim flows freely
+    _, off = run_one(tmp_path, "incast-pfc", "qos.pfc=false", expect_rc=1)
+    assert off["status"] == "regressed"
+    assert {e["metric"] for e in off["expectations"] if not e["ok"]} >= {"packets.port_buffer_drops", "qos.pfc.pauses"}
     assert off["packets"]["port_buffer_drops"] > 0
     assert off["qos"]["pfc"]["pauses"] == 0
     (victim_off,) = [b for b in off["background"] if b["tag"] == "victim"]
@@ -88,7 +92,10 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
 def test_priority_queuing_protects_allreduce_from_bulk(tmp_path):
     _, mix = run_one(tmp_path, "priority-mix")
     _, alone = run_one(tmp_path, "priority-mix", "workload.bulk_shift=0")
-    _, fifo = run_one(tmp_path, "priority-mix", "qos.scheduling=fifo")
+    _, fifo = run_one(tmp_path, "priority-mix", "qos.scheduling=fifo", expect_rc=1)  # priority sabotaged
+    assert fifo["status"] == "regressed"
+    assert "collective.bound_ratio" in {e["metric"] for e in fifo["expectations"] if not e["ok"]}
+    assert mix["status"] == alone["status"] == "ok"
     t_alone, t_mix, t_fifo = (x["collective"]["mean_time_s"] for x in (alone, mix, fifo))
     bulk = [b for b in mix["background"] if b["tag"] == "bulk"]
     assert len(bulk) == 16 and all(b["fct_s"] for b in bulk)

@@ -1,0 +1,49 @@
+"""The regression harness on real runs (root): baselines, the verdict table and its exit code, and
+sabotaged controller policies caught by the scenarios' expectations (priority off and PFC off are
+caught in test_port_qos)."""
+import json
+import subprocess
+
+import pytest
+
+from helpers import ROOT, cli_argv, env_with_results, run_dirs, summary_of
+
+pytestmark = pytest.mark.root
+
+
+def run_cli(tmp_path, *args):
+    env = {**env_with_results(tmp_path / "results"), "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
+    return subprocess.run(cli_argv(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def verdicts(out):
+    line = [l for l in out.stdout.splitlines() if l.startswith('{"verdicts"')][-1]
+    return json.loads(line)["verdicts"]
+
+
+def test_baseline_then_regress_passes_and_ecn_off_regresses(tmp_path):
+    out = run_cli(tmp_path, "baseline", "incast-ecn")
+    assert out.returncode == 0, out.stdout + out.stderr
+    base = json.loads((tmp_path / "baselines" / "incast-ecn.json").read_text())
+    assert base["scenario"] == "incast-ecn" and base["metrics"]["qos.ecn.marked"] > 0
+    assert base["metrics"]["packets.lost"] == 0 and "collective.bound_ratio" in base["metrics"]
+
+    out = run_cli(tmp_path, "regress", "incast-ecn")
+    assert out.returncode in (0, 4), out.stdout + out.stderr   # 4: the machine could not keep up twice
+    assert verdicts(out) == {"incast-ecn": "ok" if out.returncode == 0 else "inconclusive"}
+
+    # the marking policy sabotaged: its expectation and the baseline comparison both catch it
+    out = run_cli(tmp_path, "regress", "incast-ecn", "--set", "qos.ecn=false")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert verdicts(out) == {"incast-ecn": "regressed"}
+    rows = [l for l in out.stdout.splitlines() if "qos.ecn.marked" in l]
+    assert rows and all("regressed" in l for l in rows), rows
+
+
+def test_routing_without_the_dateline_is_caught(tmp_path):
+    out = run_cli(tmp_path, "run", "dateline-torus", "--set", "controller.dateline=false")
+    assert out.returncode == 1, out.stdout + out.stderr
+    s = summary_of(run_dirs(tmp_path / "results")[-1])
+    assert s["status"] == "deadlock"
+    (failed,) = [e for e in s["expectations"] if not e["ok"] and e["metric"] == "status"]
+    assert failed["actual"] == "deadlock"

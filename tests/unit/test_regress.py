@@ -1,0 +1,58 @@
+"""Expectations and baseline comparison (testbed.regress) on constructed summaries."""
+import pytest
+
+from testbed.regress import MISSING, baseline_of, check_expectations, compare, metric
+
+SUMMARY = {"scenario": "x", "run_id": "r1", "status": "ok",
+           "collective": {"bound_ratio": 0.9, "mean_time_s": 1.0, "time_s": [1.0, 2.0]},
+           "packets": {"lost": 0, "retransmitted": 10},
+           "latency_by_dscp_us": {"26": {"p50": 100.0, "p99": 400.0}, "0": {"p50": 300.0}}}
+
+
+def test_metric_paths():
+    assert metric(SUMMARY, "collective.bound_ratio") == 0.9
+    assert metric(SUMMARY, "collective.time_s.1") == 2.0
+    assert metric(SUMMARY, "latency_by_dscp_us.26.p50") == 100.0
+    assert metric(SUMMARY, "collective.nope") is MISSING and metric(SUMMARY, "collective.time_s.5") is MISSING
+
+
+def test_expectations():
+    res = check_expectations(SUMMARY, [
+        {"metric": "collective.bound_ratio", "op": ">=", "value": 0.85},
+        {"metric": "packets.lost", "op": "==", "value": 1},
+        {"metric": "latency_by_dscp_us.26.p99", "op": "<", "than": "latency_by_dscp_us.0.p50"},
+        {"metric": "latency_by_dscp_us.26.p50", "op": "<", "than": "latency_by_dscp_us.0.p50"},
+        {"metric": "status", "op": "==", "value": "ok"},
+        {"metric": "queue.p99", "op": "<", "value": 1},
+        {"metric": "latency_by_dscp_us.26.p50", "op": "<", "than": "latency_by_dscp_us.46.p50"},
+    ])
+    assert [r["ok"] for r in res] == [True, False, False, True, True, False, True]
+    assert res[5]["why"] == "not in the summary" and res[6]["why"].startswith("not applicable")
+    assert res[2]["actual"] == 400.0 and res[2]["than_value"] == 300.0
+
+
+def test_baseline_comparison_uses_direction_and_tolerance():
+    base = baseline_of(SUMMARY)
+    assert base["metrics"] == {"collective.bound_ratio": 0.9, "collective.mean_time_s": 1.0, "packets.lost": 0,
+                               "packets.retransmitted": 10, "status": "ok"}
+    same = {r["metric"]: r["verdict"] for r in compare(SUMMARY, base)}
+    assert set(same.values()) == {"ok"}
+    worse = {**SUMMARY, "collective": {"bound_ratio": 0.79, "mean_time_s": 1.14}, "packets": {"lost": 6,
+                                                                                               "retransmitted": 31}}
+    rows = {r["metric"]: r for r in compare(worse, base)}
+    assert rows["collective.bound_ratio"]["verdict"] == "regressed"      # below 0.9 - 10%
+    assert rows["collective.bound_ratio"]["limit"] == pytest.approx(0.81)
+    assert rows["collective.mean_time_s"]["verdict"] == "ok"             # within +15%
+    assert rows["packets.lost"]["verdict"] == "regressed"                # 0 + 5 allowed
+    assert rows["packets.retransmitted"]["verdict"] == "regressed"       # max(5, 20) over 10
+    better = {**SUMMARY, "collective": {"bound_ratio": 0.99, "mean_time_s": 0.5}}
+    assert {r["verdict"] for r in compare(better, base)} >= {"ok"}
+    assert {r["metric"]: r["verdict"] for r in compare({**SUMMARY, "status": "failed"}, base)}["status"] == "regressed"
+    marked = {**SUMMARY, "qos": {"ecn": {"marked": 1000}}}
+    base_m = baseline_of(marked)
+    assert {r["metric"]: r["verdict"] for r in compare({**SUMMARY, "qos": {"ecn": {"marked": 0}}}, base_m)}[
+        "qos.ecn.marked"] == "regressed"                                  # far fewer marks: suspect too
+    assert {r["metric"]: r["verdict"] for r in compare({**SUMMARY, "qos": {"ecn": {"marked": 1200}}}, base_m)}[
+        "qos.ecn.marked"] == "ok"
+    gone = {k: v for k, v in SUMMARY.items() if k != "packets"}
+    assert {r["metric"]: r["verdict"] for r in compare(gone, base)}["packets.lost"] == "missing"
