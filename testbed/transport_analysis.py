@@ -81,24 +81,28 @@ def flow_table(pkts: pd.DataFrame, msgs: pd.DataFrame, events: pd.DataFrame, pla
     rows = []
     counts = events.groupby(["flow", "event"]).size().unstack(fill_value=0) if len(events) else pd.DataFrame()
     rates = events[events["event"].str.startswith("rate_", na=False)] if len(events) else events
+    min_rate = rates.groupby("flow")["rate_bps"].min() if len(rates) else pd.Series(dtype="float64")
+    sent = pkts.groupby("flow").size()
+    retx = pkts[pkts["retransmit"]].groupby("flow")["bytes"].agg(["size", "sum"])
+    per_msg = msgs.groupby("flow")[["bytes"] + (["recv_bytes"] if "recv_bytes" in msgs else [])].agg(["size", "sum"])
     for f in plan["flows"]:
         i = f["id"]
-        p = pkts[pkts["flow"] == i]
-        m = msgs[msgs["flow"] == i]
         c = counts.loc[i] if i in counts.index else pd.Series(dtype="int64")
-        r = rates[rates["flow"] == i] if len(rates) else rates
         st = engine["flows"][i]
+        m = per_msg.loc[i] if i in per_msg.index else None
         rows.append({
             "flow": i, "src": f["src"], "dst": f["dst"], "tag": f["tag"], "dscp": f["dscp"],
-            "udp_sport": 49152 + i % 16384, "messages": int(len(m)),
-            "bytes": int(m["bytes"].sum()), "delivered_bytes": int(m["recv_bytes"].sum()) if "recv_bytes" in m else None,
-            "packets_sent": int(len(p)), "retransmitted_packets": int(p["retransmit"].sum()),
-            "retransmitted_bytes": int(p.loc[p["retransmit"], "bytes"].sum()),
+            "udp_sport": 49152 + i % 16384, "messages": int(m[("bytes", "size")]) if m is not None else 0,
+            "bytes": int(m[("bytes", "sum")]) if m is not None else 0,
+            "delivered_bytes": int(m[("recv_bytes", "sum")]) if m is not None and "recv_bytes" in msgs else None,
+            "packets_sent": int(sent.get(i, 0)),
+            "retransmitted_packets": int(retx["size"].get(i, 0)),
+            "retransmitted_bytes": int(retx["sum"].get(i, 0)),
             "naks_sent": int(c.get("nak_sent", 0)), "naks_received": int(c.get("nak_received", 0)),
             "go_backs": int(c.get("go_back_nak", 0)), "timeouts": int(st["timeouts"]),
             "cnps_sent": int(c.get("cnp_sent", 0)), "cnps_received": int(c.get("cnp_received", 0)),
             "rate_cuts": int(c.get("rate_cut", 0)),
-            "min_rate_bps": float(r["rate_bps"].min()) if len(r) else None,
+            "min_rate_bps": float(min_rate[i]) if i in min_rate.index else None,
             "final_rate_bps": st.get("final_rate_bps"),
         })
     return pd.DataFrame(rows)
