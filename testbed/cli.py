@@ -193,7 +193,7 @@ def cmd_regress(args) -> int:
         if isinstance(v, list):
             return "[" + ", ".join(num(x) for x in v) + "]"
         return f"{v:.4g}" if isinstance(v, float) else str(v)
-    verdicts = {}
+    verdicts, failed = {}, {}
     for n in names:
         for attempt in (1, 2):
             run_dir, s = _run_and_analyze(n, args.set)
@@ -210,6 +210,7 @@ def cmd_regress(args) -> int:
             rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
         if s["status"] not in ("ok", "regressed"):
             rows.append(("status", "ok", "", s["status"], "regressed"))
+        failed[n] = [r[0] for r in rows if r[4] != "ok"]
         if s["fidelity"]["verdict"] != "kept_up":
             verdicts[n] = "inconclusive"
         elif any(r[4] != "ok" for r in rows):
@@ -221,8 +222,8 @@ def cmd_regress(args) -> int:
             table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")
         table.add_row(n, "[bold]run[/]", "", "", run_dir.name, f"[bold]{verdicts[n]}[/]")
     console.print(table)
-    summary = {"verdicts": verdicts, "sets": args.set}
-    console.print(json.dumps(summary))
+    summary = {"verdicts": verdicts, "sets": args.set, "failed": failed}
+    print(json.dumps(summary), flush=True)  # one machine-readable line, never wrapped
     if any(v == "regressed" for v in verdicts.values()):
         return 1
     return 4 if any(v == "inconclusive" for v in verdicts.values()) else 0

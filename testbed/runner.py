@@ -101,6 +101,9 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
              for m in messages]))
         try:
             _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log)
+        except BaseException as e:  # the run folder says why it ended, whatever ended it
+            manifest["error"] = f"{type(e).__name__}: {e}"
+            raise
         finally:
             manifest["finished_utc"] = datetime.now(timezone.utc).isoformat()
             (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))

@@ -62,9 +62,10 @@ def test_second_concurrent_run_is_refused(tmp_path):
     before_br = bridges()
     proc = start_run(tmp_path)
     try:
-        wait_for_line(proc, "controller listening")
+        # past bring-up (a first run that fails there shows its output here)
+        wait_for_line(proc, "fabric up")
         out = run_testbed(tmp_path, "run", "allreduce-torus", *SMALL, timeout=60)
-        assert out.returncode == 3
+        assert out.returncode == 3, (out.stdout, proc.poll())
         assert "another testbed run is in progress" in out.stdout and "allreduce-torus" in out.stdout
     finally:
         proc.send_signal(signal.SIGINT)
