@@ -36,7 +36,7 @@ def chunk_sizes(total_bytes: int, n: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
-class _Builder:
+class ScheduleBuilder:
     """Appends messages with consecutive ids, and keeps what each rank has received in this
     iteration (``inbox``): a rank that runs its steps in order may use any of it."""
 
@@ -57,7 +57,7 @@ class _Builder:
         return tuple(sorted(set(start) | set(self.inbox.get(rank, ()))))
 
 
-def _ring_phase(b: _Builder, ring: list[str], chunks: list[tuple[int, ...]], op: str, offset: int,
+def ring_phase(b: ScheduleBuilder, ring: list[str], chunks: list[tuple[int, ...]], op: str, offset: int,
                 start: dict[str, tuple[int, ...]], step0: int, in_order: bool = False) -> dict[str, tuple[int, ...]]:
     """n-1 steps around ``ring``: at step k member r sends chunk (r + offset - k) mod n to r+1,
     after the chunk it received at step k-1 (at step 0, after ``start[r]``). Reduce-scatter is
@@ -80,7 +80,7 @@ def _ring_phase(b: _Builder, ring: list[str], chunks: list[tuple[int, ...]], op:
     return last
 
 
-def _sinks(msgs: list[Message], first: int) -> tuple[int, ...]:
+def iteration_end(msgs: list[Message], first: int) -> tuple[int, ...]:
     """Messages from id ``first`` on that nothing later in the list depends on: the end of an
     iteration, which the next one waits for (a barrier, as a training step's next collective)."""
     needed = {d for m in msgs[first:] for d in m.deps}
@@ -97,8 +97,8 @@ def _iterate(ranks: list[str], iterations: int, n_segments: int, bytes_per_rank:
     barrier: tuple[int, ...] = ()
     for it in range(iterations):
         first = len(msgs)
-        body(_Builder(seg_bytes, it, msgs), {r: barrier for r in ranks})
-        barrier = _sinks(msgs, first)
+        body(ScheduleBuilder(seg_bytes, it, msgs), {r: barrier for r in ranks})
+        barrier = iteration_end(msgs, first)
     return msgs
 
 
@@ -114,8 +114,8 @@ def ring_allreduce(ranks: list[str], bytes_per_rank: int, iterations: int = 1) -
     chunks = [(c,) for c in range(n)]
 
     def body(b, start):
-        done = _ring_phase(b, ranks, chunks, "reduce", 0, start, 0)
-        _ring_phase(b, ranks, chunks, "copy", 1, done, n - 1)
+        done = ring_phase(b, ranks, chunks, "reduce", 0, start, 0)
+        ring_phase(b, ranks, chunks, "copy", 1, done, n - 1)
     return _iterate(ranks, iterations, n, bytes_per_rank, body)
 
 
@@ -125,7 +125,7 @@ def ring_reducescatter(ranks: list[str], bytes_per_rank: int, iterations: int = 
     n = len(ranks)
     chunks = [(c,) for c in range(n)]
     return _iterate(ranks, iterations, n, bytes_per_rank,
-                    lambda b, start: _ring_phase(b, ranks, chunks, "reduce", 0, start, 0))
+                    lambda b, start: ring_phase(b, ranks, chunks, "reduce", 0, start, 0))
 
 
 def ring_allgather(ranks: list[str], bytes_per_rank: int, iterations: int = 1) -> list[Message]:
@@ -134,7 +134,7 @@ def ring_allgather(ranks: list[str], bytes_per_rank: int, iterations: int = 1) -
     n = len(ranks)
     chunks = [(c,) for c in range(n)]
     return _iterate(ranks, iterations, n, bytes_per_rank,
-                    lambda b, start: _ring_phase(b, ranks, chunks, "copy", 0, start, 0))
+                    lambda b, start: ring_phase(b, ranks, chunks, "copy", 0, start, 0))
 
 
 def halving_doubling_allreduce(ranks: list[str], bytes_per_rank: int, iterations: int = 1) -> list[Message]:
@@ -193,16 +193,16 @@ def torus2d_allreduce(grid: list[list[str]], bytes_per_rank: int, iterations: in
         held = {}
         done = {}
         for row in grid:  # reduce-scatter along X: member i ends with chunk i+1 of the row
-            done.update(_ring_phase(b, row, row_chunks, "reduce", 0, {r: start[r] for r in row}, 0))
+            done.update(ring_phase(b, row, row_chunks, "reduce", 0, {r: start[r] for r in row}, 0))
             for i, r in enumerate(row):
                 held[r] = row_chunks[(i + 1) % xs]
         for x in range(xs):  # AllReduce along Y on the chunk this column holds, one segment per member
             col = [grid[y][x] for y in range(ys)]
             seg_chunks = [(s,) for s in held[col[0]]]
-            mid = _ring_phase(b, col, seg_chunks, "reduce", 0, {r: done[r] for r in col}, xs - 1, in_order=True)
-            done.update(_ring_phase(b, col, seg_chunks, "copy", 1, mid, xs - 1 + ys - 1, in_order=True))
+            mid = ring_phase(b, col, seg_chunks, "reduce", 0, {r: done[r] for r in col}, xs - 1, in_order=True)
+            done.update(ring_phase(b, col, seg_chunks, "copy", 1, mid, xs - 1 + ys - 1, in_order=True))
         for row in grid:  # all-gather along X
-            _ring_phase(b, row, row_chunks, "copy", 1, {r: done[r] for r in row}, xs - 1 + 2 * (ys - 1), in_order=True)
+            ring_phase(b, row, row_chunks, "copy", 1, {r: done[r] for r in row}, xs - 1 + 2 * (ys - 1), in_order=True)
     return _iterate(ranks, iterations, xs * ys, bytes_per_rank, body)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.collectives import Message, _Builder, _ring_phase, _sinks, chunk_sizes
+from testbed.collectives import Message, ScheduleBuilder, chunk_sizes, iteration_end, ring_phase
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def pipeline_step(job: PipelineJob, replicas: list[list[str]], iterations: int =
     barrier: tuple[int, ...] = ()
     for it in range(iterations):
         first = len(msgs)
-        b = _Builder([job.activation_bytes], it, msgs)
+        b = ScheduleBuilder([job.activation_bytes], it, msgs)
         last_done: dict[str, int] = {}
         for rep in replicas:
             _replica(b, job, rep, barrier, last_done)
@@ -72,18 +72,19 @@ def pipeline_step(job: PipelineJob, replicas: list[list[str]], iterations: int =
             chunks = [(c,) for c in range(job.dp)]
             step0 = max(m.step for m in msgs[first:]) + 1
             for s in range(job.pp):
-                grads = _Builder(chunk_sizes(job.grad_bytes_per_stage, job.dp), it, msgs, f"dp_allreduce stage {s}")
+                grads = ScheduleBuilder(chunk_sizes(job.grad_bytes_per_stage, job.dp), it, msgs,
+                                        f"dp_allreduce stage {s}")
                 ring = [rep[s] for rep in replicas]
                 # in order: every step also waits for the member's own last backward (its gradients)
-                done = _ring_phase(grads, ring, chunks, "reduce", 0, {h: (last_done[h],) for h in ring}, step0,
+                done = ring_phase(grads, ring, chunks, "reduce", 0, {h: (last_done[h],) for h in ring}, step0,
                                    in_order=True)
-                _ring_phase(grads, ring, chunks, "copy", 1, {h: done[h] + (last_done[h],) for h in ring},
+                ring_phase(grads, ring, chunks, "copy", 1, {h: done[h] + (last_done[h],) for h in ring},
                             step0 + job.dp - 1, in_order=True)
-        barrier = _sinks(msgs, first)
+        barrier = iteration_end(msgs, first)
     return msgs
 
 
-def _replica(b: _Builder, job: PipelineJob, stages: list[str], barrier: tuple[int, ...],
+def _replica(b: ScheduleBuilder, job: PipelineJob, stages: list[str], barrier: tuple[int, ...],
              last_done: dict[str, int]) -> None:
     """One replica's 1F1B: compute steps in each stage's program order, activations forward and
     gradients backward. Built in dependency order across stages (a step only depends on steps
@@ -123,7 +124,7 @@ def _replica(b: _Builder, job: PipelineJob, stages: list[str], barrier: tuple[in
             raise RuntimeError("1F1B programs deadlocked")  # cannot happen for a valid schedule
 
 
-def _p2p(b: _Builder, step: int, src: str, dst: str, nbytes: int, after: int, micro: int) -> int:
+def _p2p(b: ScheduleBuilder, step: int, src: str, dst: str, nbytes: int, after: int, micro: int) -> int:
     mid = len(b.msgs)
     b.msgs.append(Message(mid, b.iteration, step, src, dst, nbytes, (after,), micro, "collective", "p2p"))
     return mid

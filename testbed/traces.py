@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.collectives import (Message, all_to_all, halving_doubling_allreduce, ring_allgather, ring_allreduce,
-                                 ring_reducescatter)
+from testbed.collectives import (Message, all_to_all, halving_doubling_allreduce, iteration_end, ring_allgather,
+                                 ring_allreduce, ring_reducescatter)
 from testbed.errors import InputError
 
 
@@ -200,8 +200,7 @@ def chakra_messages(directory: Path, ranks: list[str], bytes_scale: float, time_
     for it in range(iterations):
         first = len(msgs)
         _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm, it, barrier, msgs)
-        needed = {d for m in msgs[first:] for d in m.deps}
-        barrier = tuple(m.id for m in msgs[first:] if m.id not in needed)
+        barrier = iteration_end(msgs, first)
     return msgs
 
 
@@ -481,7 +480,6 @@ def simai_messages(path: Path, ranks: list[str], bytes_scale: float, time_scale:
             compute(layer.wg_ns, it)
             communicate("wg", layer.wg_comm, layer.wg_bytes, it, f"layer{i}")
             compute(layer.update_ns, it)
-        needed = {d for m in msgs[first:] for d in m.deps}
-        barrier = tuple(m.id for m in msgs[first:] if m.id not in needed)
+        barrier = iteration_end(msgs, first)
     return msgs
 
