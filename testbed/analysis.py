@@ -6,7 +6,16 @@
     flows.parquet       one row per queue pair: retransmissions, NAKs, timeouts, CNPs, rate cuts
     qp_events.parquet   every NAK, go-back, timeout, CNP and DCQCN rate change, per queue pair
     iterations.parquet  one row per collective iteration: time, analytical bound, ratio
+    latency.parquet     one-way latency distribution per (flow, DSCP), and per DSCP over all flows (flow -1)
+    fct.parquet         every network message's completion time against the ideal, and the slowdown
+    links.parquet       one row per switch egress port: bytes, utilisation, queue
+    link_utilisation.parquet  per port and time bin: utilisation (the heat map's data)
+    queues.parquet      the queue telemetry (every sample of every queue that changed)
     summary.json        the numbers a user reads first (schema below, SUMMARY_VERSION)
+
+Every table except the per-packet and per-sample ones (packets, queues, qp_events) is also
+written as CSV beside its parquet file. report.md and report.html (testbed.report) put the numbers
+and plots together.
 """
 from __future__ import annotations
 
@@ -17,11 +26,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from testbed import records
+from testbed import link_analysis, records
 from testbed import pipeline
 from testbed.collectives import bound_formula, bound_s, busbw_factor
+from testbed.flow_analysis import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
 from testbed.packets import HEADER_BYTES
-from testbed.qos_analysis import qos_summary
+from testbed.qos_analysis import pfc_events, qos_summary
 from testbed.regress import check_expectations
 from testbed.scenario import Scenario
 from testbed.transport_analysis import transport_summary
@@ -145,9 +155,45 @@ def background_flows(msgs: pd.DataFrame, tags: pd.Series, bw_bps: float) -> list
     return out
 
 
+def _write(df: pd.DataFrame, run_dir: Path, name: str, csv: bool = True) -> None:
+    df.to_parquet(run_dir / f"{name}.parquet", index=False)
+    if csv:
+        df.to_csv(run_dir / f"{name}.csv", index=False)
+
+
+def heatmap_bin_ms(duration_s: float, max_bins: int = 200) -> float:
+    """The smallest of 1, 2, 5, 10, 20, 50... ms that keeps the heat map under max_bins columns."""
+    for step in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000):
+        if duration_s * 1000 / step <= max_bins:
+            return float(step)
+    return 10000.0
+
+
 def _pct(series: pd.Series, q: float) -> float | None:
     s = series.dropna()
     return float(np.percentile(s.to_numpy(dtype="float64"), q)) if len(s) else None
+
+
+def link_views(run_dir: Path, raw: Path, tel: pd.DataFrame | None, fabric_doc: dict, sc: dict, engine: dict,
+               pkts: pd.DataFrame) -> tuple[dict, dict]:
+    """Per-link tables (links, link_utilisation) and the drain-rate fidelity verdict, from the
+    queue telemetry over the traffic phase."""
+    run = sc["run"]
+    series = link_analysis.port_series(tel) if tel is not None else []
+    rates, peers = link_analysis.port_rates(fabric_doc, sc["fabric"]["bw_mbps"])
+    start, end = engine["start_ns"], engine["end_ns"]
+    frame = int(pkts["bytes"].max()) if len(pkts) else sc["workload"]["payload_bytes"] + HEADER_BYTES
+    fid = link_analysis.link_fidelity(
+        series, rates, frame, run.get("fidelity_tolerance", 0.10), run.get("fidelity_min_share", 0.99),
+        link_analysis.pause_windows(pfc_events(raw), end), run.get("fidelity_interval_ms", 1.0))
+    links = link_analysis.link_table(series, rates, peers, start, end)
+    _write(links, run_dir, "links")
+    bin_ms = heatmap_bin_ms((end - start) / 1e9)
+    _write(link_analysis.utilisation(series, rates, start, end, bin_ms), run_dir, "link_utilisation")
+    busiest = links.sort_values("utilisation", ascending=False).head(5)
+    return {"ports": int(len(links)), "utilisation_bin_ms": bin_ms,
+            "mean_utilisation": float(links["utilisation"].mean()) if len(links) else None,
+            "busiest": busiest[["port", "to", "utilisation", "max_queue_bytes"]].to_dict("records")}, fid
 
 
 def analyze(run_dir: Path) -> dict:
@@ -174,9 +220,9 @@ def analyze(run_dir: Path) -> dict:
     else:
         bound, formula = bound_s(workload, n, S, bw_bps), bound_formula(workload)
     iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
-    pkts.to_parquet(run_dir / "packets.parquet", index=False)
-    msgs.to_parquet(run_dir / "messages.parquet", index=False)
-    iters.to_parquet(run_dir / "iterations.parquet", index=False)
+    _write(pkts, run_dir, "packets", csv=False)
+    _write(msgs, run_dir, "messages")
+    _write(iters, run_dir, "iterations")
 
     sent = len(pkts)
     received = int(pkts["rx_ns"].notna().sum())
@@ -347,6 +393,26 @@ def analyze(run_dir: Path) -> dict:
     tr = transport_summary(run_dir, pkts, msgs, _read_json(raw / "plan.json"), engine, tel, class_names,
                            summary["fidelity"]["cores_used"], duration_s)
     summary["transport"] = tr
+    flows = pd.read_parquet(run_dir / "flows.parquet")
+    flows.to_csv(run_dir / "flows.csv", index=False)
+    classes = class_of_dscp(sc.get("classes", []))
+    _write(latency_table(pkts, flows, classes), run_dir, "latency")
+    summary["latency_by_class_us"] = class_latency(pkts, classes)
+    fct = fct_table(msgs, pkts, flows, bw_bps)
+    _write(fct, run_dir, "fct")
+    summary["fct_slowdown"] = slowdown_summary(fct)
+    summary["links"], link_fid = link_views(run_dir, raw, tel, fabric_doc, sc, engine, pkts)
+    summary["fidelity"]["links"] = link_fid
+    summary["fidelity"]["machine_cpu_idle_fraction"] = (1 - cpu["machine_busy_fraction"]
+                                                        if cpu.get("machine_busy_fraction") is not None else None)
+    if link_fid["busy_links"] and not link_fid["valid"]:
+        worst = link_fid["links"][0]
+        summary["fidelity"]["notes"].append(
+            f"{len(link_fid['failing_links'])} of {link_fid['busy_links']} busy links drained at their rate in "
+            f"fewer than {link_fid['min_share']:.0%} of their backlogged {link_fid['interval_ms']:.0f} ms intervals "
+            f"(worst {worst['port']}: {worst['share']:.1%}, {worst['slow_intervals']} slow, "
+            f"{worst['fast_intervals']} fast)")
+        summary["fidelity"]["verdict"] = "could_not_keep_up"
     if tr["messages_with_wrong_bytes"]:
         summary["problems"].append(f"{tr['messages_with_wrong_bytes']} messages completed with the wrong "
                                    f"number of payload bytes")
@@ -356,6 +422,7 @@ def analyze(run_dir: Path) -> dict:
             f"the engine's receive sockets dropped {tr['agents']['receiver_socket_drops']} packets: "
             f"the traffic agents could not keep up")
         summary["fidelity"]["verdict"] = "could_not_keep_up"
+    summary["fidelity"]["valid"] = summary["fidelity"]["verdict"] == "kept_up"
     summary["git_commit"] = manifest.get("git_commit")
     # the scenario's own expectations, on the finished summary
     summary["expectations"] = check_expectations(summary, sc.get("expect", []))
@@ -366,4 +433,7 @@ def analyze(run_dir: Path) -> dict:
         if summary["status"] == "ok":
             summary["status"] = "regressed"
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    if sc["run"].get("report", True):
+        from testbed.report import write_report  # matplotlib only when a report is asked for
+        write_report(run_dir, summary)
     return summary

@@ -112,6 +112,12 @@ def compare(summary: dict, baseline: dict) -> list[dict]:
     return rows
 
 
+def suite() -> list[str]:
+    """The regression suite: every scenario with expectations or a stored baseline."""
+    from testbed.scenario import list_scenarios, load_scenario
+    return [n for n in list_scenarios() if load_scenario(n).expect or load_baseline(n) is not None]
+
+
 def load_baseline(name: str, directory: Path = BASELINE_DIR) -> dict | None:
     p = directory / f"{name}.json"
     return json.loads(p.read_text()) if p.exists() else None

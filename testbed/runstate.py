@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from testbed.errors import Busy
+from testbed.errors import Busy, RunFailed
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/fabric-testbed"))
 
@@ -100,7 +100,10 @@ class RunRecord:
 
 
 def existing_bridges() -> set[str]:
-    out = subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True, text=True, check=True)
+    out = subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RunFailed(f"Open vSwitch is not answering (ovs-vsctl list-br: {out.stderr.strip()}); "
+                        f"`make setup` starts it")
     return set(out.stdout.split())
 
 

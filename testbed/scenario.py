@@ -230,6 +230,14 @@ class RunSpec:
                          "pcap/<host>.pcap under the run's folder", "bool")
     capture_snaplen_bytes: int = spec(128, "capture: bytes kept of each packet (128 keeps every header and "
                                       "the payload stamp)", "int", 64, 65535)
+    fidelity_min_share: float = spec(0.99, "fidelity: the run is valid when every busy link drained at its "
+                                     "configured rate in at least this share of its backlogged intervals",
+                                     "float", 0.0, 1.0)
+    fidelity_tolerance: float = spec(0.10, "fidelity: how far from rate x interval a backlogged interval may "
+                                     "drain (at least one frame is always allowed)", "float", 0.0, 1.0)
+    fidelity_interval_ms: float = spec(1.0, "fidelity: the interval a link's drain is judged over, a multiple of "
+                                       "the telemetry period", "float", 0.1, 1000.0)
+    report: bool = spec(True, "analysis: draw the plots and write report.md and report.html", "bool")
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,27 @@ def test_analysis_is_rerunnable(small_run):
     assert out.returncode == 0, out.stdout + out.stderr
     again = summary_of(run_dir)
     assert again == first
+
+
+def test_report_tables_and_fidelity_verdict(small_run):
+    run_dir = small_run["run_dir"]
+    s = summary_of(run_dir)
+    for name in ("latency", "fct", "links", "link_utilisation", "messages", "iterations", "flows"):
+        assert (run_dir / f"{name}.parquet").exists() and (run_dir / f"{name}.csv").exists(), name
+    for png in ("queues.png", "latency_cdf.png", "link_utilisation.png", "timeline.png"):
+        assert (run_dir / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    page = (run_dir / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4     # self-contained
+    assert "Fidelity: " in (run_dir / "report.md").read_text()
+    fid = s["fidelity"]
+    assert fid["valid"] == (fid["verdict"] == "kept_up")
+    assert 0 <= fid["machine_cpu_idle_fraction"] <= 1 and fid["links"]["min_share"] == 0.99
+    assert ("FIDELITY VALID" if fid["valid"] else "FIDELITY INVALID") in small_run["out"].stdout
+    # each host's downlink carried what its ring neighbour sent: 2(N-1)/N of S per iteration, 2
+    # iterations (the telemetry's first and last millisecond in the window may miss a frame or three)
+    links = pd.read_csv(run_dir / "links.csv")
+    host_ports = links[links["to"].str.startswith("h")]
+    assert len(host_ports) == 4 and (host_ports["bytes"] > 0.97 * 2 * 1.5 * 256 * 1024).all()
+    fct = pd.read_parquet(run_dir / "fct.parquet")
+    assert len(fct) == len(pd.read_parquet(run_dir / "messages.parquet"))
+    assert (fct["slowdown"] > 0.9).all() and fct["fct_ns"].notna().all()

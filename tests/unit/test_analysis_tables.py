@@ -1,0 +1,128 @@
+"""The analysis's tables from synthetic raw files, answers worked out by hand: packets joined to
+their arrivals (a retransmission, a duplicate arrival, a loss), messages, latency per flow and
+class, completion times against the ideal, and the report's rendering."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from testbed import analysis, records
+from testbed.flow_analysis import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
+from testbed.report import blocks, to_html, to_markdown
+
+T0 = 1_000_000_000
+
+
+@pytest.fixture
+def raw(tmp_path):
+    """Two messages of one flow each: msg 0 (h0->h1, 2 packets, the second lost once and resent),
+    msg 1 (h1->h0, 1 packet, arrived twice)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    tx = records.RecordWriter(raw / "tx.bin", records.TX)
+    tx.add(0, 0, 0, T0 + 0, 1000, 0)
+    tx.add(0, 1, 1, T0 + 100, 1000, 0)
+    tx.add(0, 1, 1, T0 + 5000, 1000, 1)        # the retransmission
+    tx.add(1, 0, 0, T0 + 200, 600, 0)
+    tx.close()
+    rx = records.RecordWriter(raw / "rx.bin", records.RX)
+    rx.add(0, 0, T0 + 0, T0 + 400, 1000, 0, 1, 26)
+    rx.add(0, 1, T0 + 5000, T0 + 5300, 1000, 3, 1, 26)   # only the resend arrived, CE-marked
+    rx.add(1, 0, T0 + 200, T0 + 900, 600, 0, 1, 0)
+    rx.add(1, 0, T0 + 200, T0 + 950, 600, 0, 0, 0)       # the same transmission seen twice
+    rx.close()
+    (raw / "schedule.json").write_text(json.dumps([
+        {"id": 0, "iteration": 0, "step": 0, "src": "h0", "dst": "h1", "bytes": 1800, "chunk": 0,
+         "tag": "collective", "op": "", "duration_ns": 0, "group": ""},
+        {"id": 1, "iteration": 0, "step": 0, "src": "h1", "dst": "h0", "bytes": 500, "chunk": 0,
+         "tag": "bulk", "op": "", "duration_ns": 0, "group": ""}]))
+    (raw / "messages.json").write_text(json.dumps({
+        "id": [0, 1], "flow": [0, 1], "bytes": [1800, 500], "packets": [2, 1], "sent_packets": [3, 1],
+        "recv_packets": [2, 1], "recv_bytes": [1800, 500], "release_ns": [T0, T0 + 200],
+        "first_tx_ns": [T0, T0 + 200], "last_tx_ns": [T0 + 5000, T0 + 200],
+        "complete_ns": [T0 + 5300, T0 + 900], "acked_ns": [T0 + 6000, T0 + 1500]}))
+    return raw
+
+
+FLOWS = pd.DataFrame([{"flow": 0, "src": "h0", "dst": "h1", "tag": "collective", "dscp": 26, "udp_sport": 49152},
+                      {"flow": 1, "src": "h1", "dst": "h0", "tag": "bulk", "dscp": 0, "udp_sport": 49153}])
+CLASSES = class_of_dscp([{"name": "control", "dscp": [46, 48]}, {"name": "roce", "dscp": [26, 27]},
+                         {"name": "bulk", "dscp": [], "default": True}])
+
+
+def test_packets_and_messages_from_raw_files(raw):
+    msgs = analysis.message_table(raw)
+    assert list(msgs["complete"]) == [True, True]
+    assert list(msgs["duration_ns"]) == [5300, 700] and list(msgs["fct_ns"]) == [6000, 1300]
+    pkts = analysis.packet_table(raw, msgs)
+    assert len(pkts) == 4
+    assert list(pkts["retransmit"]) == [False, False, True, False]
+    assert list(pkts["latency_ns"].astype("float64").fillna(-1)) == [400, -1, 300, 700]   # the first try was lost
+    assert list(pkts["flow"]) == [0, 0, 0, 1]
+    assert int((pkts["ecn"] == 3).sum()) == 1
+
+
+def test_latency_per_flow_and_per_class(raw):
+    msgs = analysis.message_table(raw)
+    pkts = analysis.packet_table(raw, msgs)
+    lat = latency_table(pkts, FLOWS, CLASSES)
+    f0 = lat[(lat["flow"] == 0)].iloc[0]
+    assert (f0["packets"], f0["class"], f0["src"]) == (2, "roce", "h0")
+    assert f0["p50_us"] == pytest.approx(0.35) and f0["max_us"] == pytest.approx(0.4)
+    per_class = lat[lat["flow"] == -1].set_index("class")
+    assert per_class.loc["bulk", "packets"] == 1 and per_class.loc["bulk", "p99_us"] == pytest.approx(0.7)
+    by_class = class_latency(pkts, CLASSES)
+    assert set(by_class) == {"bulk", "roce"} and by_class["roce"]["min_us"] == pytest.approx(0.3)
+
+
+def test_message_completion_against_the_ideal(raw):
+    msgs = analysis.message_table(raw)
+    pkts = analysis.packet_table(raw, msgs)
+    bw = 8e9   # a byte per ns
+    fct = fct_table(msgs, pkts, FLOWS, bw).set_index("msg")
+    # msg 0: two first transmissions of 1000 B = 2000 ns at line rate, plus twice flow 0's least
+    # one-way latency (300 ns): ideal 2600 ns, FCT 6000 ns
+    assert fct.loc[0, "ideal_fct_ns"] == pytest.approx(2600)
+    assert fct.loc[0, "slowdown"] == pytest.approx(6000 / 2600)
+    assert (fct.loc[0, "sport"], fct.loc[0, "dport"], fct.loc[0, "size_bytes"]) == (49152, 4791, 1800)
+    # msg 1: 600 ns + 2 x 700 ns
+    assert fct.loc[1, "ideal_fct_ns"] == pytest.approx(2000) and fct.loc[1, "slowdown"] == pytest.approx(0.65)
+    sd = slowdown_summary(fct.reset_index())
+    assert sd["by_tag"]["collective"]["messages"] == 1 and sd["all"]["max"] == pytest.approx(6000 / 2600)
+
+
+def test_class_of_dscp_gives_unnamed_dscps_to_the_default_class():
+    assert CLASSES[26] == "roce" and CLASSES[48] == "control" and CLASSES[0] == "bulk" and CLASSES[63] == "bulk"
+    assert class_of_dscp([{"name": "a", "dscp": [10]}]) == {10: "a"}
+
+
+def test_heatmap_bins_stay_under_the_column_limit():
+    assert analysis.heatmap_bin_ms(0.15) == 1
+    assert analysis.heatmap_bin_ms(2.07) == 20
+    assert analysis.heatmap_bin_ms(30) == 200
+
+
+def test_report_says_invalid_fidelity_first_and_renders_both_formats(tmp_path):
+    s = {"scenario": "x", "status": "ok", "run_id": "r", "git_commit": None, "mechanisms": {"datapath": "netdev"},
+         "problems": [], "expectations": [{"metric": "packets.lost", "op": "==", "expected": 0, "actual": 0,
+                                           "ok": True}],
+         "fidelity": {"verdict": "could_not_keep_up", "valid": False, "notes": ["1 of 2 busy links drained ..."],
+                      "machine_cpu_idle_fraction": 0.1, "engine_pacing_late_fraction": 0.0,
+                      "links": {"busy_links": 2, "worst_share": 0.9, "overall_share": 0.95, "min_share": 0.99,
+                                "interval_ms": 1.0, "tolerance": 0.1, "frame_bytes": 4154,
+                                "links": [{"port": "s0-eth1", "rate_mbps": 100.0, "backlogged_intervals": 10,
+                                           "share": 0.9, "slow_intervals": 1, "fast_intervals": 0,
+                                           "drain_ratio": 0.99}]}},
+         "collective": {"algorithm": "ring_allreduce", "ranks": 4, "bytes_per_rank": 1, "link_bw_mbps": 100,
+                        "iterations_complete": 1, "iterations": 1, "time_s": [0.5], "bound_s": 0.4,
+                        "bound_formula": "2(N-1)/N S/B", "bound_ratio": 0.8, "bound_ratio_min": 0.8,
+                        "busbw_mbps": 80.0},
+         "packets": {"sent": 10, "received": 10, "lost": 0, "retransmitted": 0, "naks": 0, "timeouts": 0,
+                     "port_buffer_drops": 0, "ecn_ce_marked": 0}}
+    bl = blocks(s, [])
+    md = to_markdown(bl)
+    assert md.index("INVALID") < md.index("Workload")
+    assert "| s0-eth1 | 100 | 10 | 90.0% | 1 | 0 | 0.9900 |" in md
+    page = to_html(bl, tmp_path)
+    assert page.startswith("<!DOCTYPE html>") and 'class="bad"' in page and "<table>" in page
