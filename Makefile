@@ -6,7 +6,7 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf scenario analyze baseline regress test test-unit clean-state list
+.PHONY: setup host venv bpf scenario analyze baseline regress bench test test-unit clean-state list
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf
@@ -44,6 +44,10 @@ baseline: setup
 # Run every scenario with expectations or a baseline (or NAMES="a b"), one verdict table.
 regress: setup
 	$(PY) -m testbed regress $(NAMES) $(SET_ARGS)
+
+# The benchmark suite (bench/README.md): ARGS="--only agent,bringup" or "--quick".
+bench: setup
+	$(PY) -m bench $(ARGS)
 
 list: venv
 	@$(PY) -m testbed list

@@ -9,7 +9,7 @@ per switch confirms its routes are in; when every switch has confirmed, the app 
 that link, reinstalls only the destinations whose next hops changed, and logs ``reroute_done``
 once every affected switch has confirmed with a barrier.
 
-Parameters (launcher --param): routing=dimension_order|shortest_path|ecmp,
+Parameters (launcher --param): routing=dimension_order|shortest_path|ecmp|dmodk,
 dateline=0|1, vc_dscp=<class dscp>:<channel-1 dscp>[,...].
 """
 from __future__ import annotations

@@ -343,6 +343,10 @@ def analyze(run_dir: Path) -> dict:
             "verdict": "kept_up" if not fidelity_notes else "could_not_keep_up",
             "notes": fidelity_notes,
             "engine_pacing_late_fraction": pacing_late,
+            # the scheduler's share in that: the engine's waits that ended over 1 ms late
+            "engine_late_wakeups": {"count": engine.get("oversleeps"), "total_ms": engine.get("oversleep_ms"),
+                                    "max_ms": engine.get("max_oversleep_ms"),
+                                    "involuntary_switches": engine.get("involuntary_switches")},
             "machine_busy_fraction": cpu.get("machine_busy_fraction"),
             "cores_used": {**cpu.get("processes_cores", {}),
                            "engine": engine["cpu_s"] / duration_s if duration_s > 0 else None},

@@ -21,7 +21,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = PROJECT_ROOT / "testbed" / "bpf" / "port_qos.bpf.c"
 OBJECT = PROJECT_ROOT / "build" / "port_qos.bpf.o"
 
-MAX_QUEUES = 4096
+MAX_QUEUES = 16384  # 2048 ports of 8 classes: a k=10 fat-tree
 MAX_CLASSES = 8
 HIST_BUCKETS = 32
 DSCP_MAP_ENTRIES = 72

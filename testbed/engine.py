@@ -25,9 +25,10 @@ import socket
 import struct
 import sys
 import time
-import zlib
 from collections import deque
 from pathlib import Path
+
+from isal.isal_zlib import crc32
 
 from testbed import records
 from testbed.netns import netns_of
@@ -104,6 +105,7 @@ class Engine:
     def __init__(self, plan: dict):
         self.plan = plan
         self.out = Path(plan["out_dir"])
+        self.oversleeps = self.oversleep_ns = self.max_oversleep_ns = 0
         self.payload = plan["payload_bytes"]
         transport = plan["transport"]
         self.reliable = transport["reliability"] == "go_back_n"
@@ -392,7 +394,7 @@ class Engine:
                 continue
             if self.verify_icrc:
                 base = self.rx_crc_base.get((flow, opcode, n))
-                if base is None or (zlib.crc32(memoryview(buf)[PSN_OFF:n - ICRC_LEN], base)
+                if base is None or (crc32(memoryview(buf)[PSN_OFF:n - ICRC_LEN], base)
                                     != ICRC_STRUCT.unpack_from(buf, n - ICRC_LEN)[0]):
                     h.icrc_errors += 1  # a RoCE NIC drops it silently; go-back-N recovers
                     continue
@@ -551,8 +553,17 @@ class Engine:
                 wake = min(wake, next_cc)
             if self.timers:
                 wake = min(wake, self.timers[0][0])
-            timeout = max(0.0, (wake - time.monotonic_ns()) / 1e9)
-            for fd, _ in ep.poll(timeout):
+            before = time.monotonic_ns()
+            timeout = max(0.0, (wake - before) / 1e9)
+            events = ep.poll(timeout)
+            # Woken later than asked (epoll rounds up to 1 ms): time the scheduler kept this loop off
+            # the CPU, the usual reason the engine falls behind its pacing.
+            over = time.monotonic_ns() - before - max(timeout * 1e9, 1e6)
+            if over > 1_000_000:
+                self.oversleeps += 1
+                self.oversleep_ns += int(over)
+                self.max_oversleep_ns = max(self.max_oversleep_ns, int(over))
+            for fd, _ in events:
                 h = by_fd[fd]
                 try:
                     self.receive(h, buf)
@@ -577,6 +588,12 @@ class Engine:
             "reason": reason, "start_ns": start, "end_ns": end,
             "messages": nmsgs, "messages_completed": self.completed, "messages_acknowledged": self.acked,
             "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+            # waits that ended over 1 ms after the time asked for (the scheduler's delay), and
+            # the context switches the kernel forced on the loop
+            "oversleeps": self.oversleeps, "oversleep_ms": self.oversleep_ns / 1e6,
+            "max_oversleep_ms": self.max_oversleep_ns / 1e6,
+            "involuntary_switches": cpu1.ru_nivcsw - cpu0.ru_nivcsw,
+            "voluntary_switches": cpu1.ru_nvcsw - cpu0.ru_nvcsw,
             "transport": self.plan["transport"],
             "hosts": [{"name": h.name, "tx_packets": h.tx_pkts, "rx_packets": h.rx_pkts,
                        "acks_tx": h.acks_tx, "acks_rx": h.acks_rx, "cnps_tx": h.cnps_tx, "cnps_rx": h.cnps_rx,

@@ -20,7 +20,7 @@ from topologies.model import Fabric, Link
 
 RouteTable = dict[str, dict[str, tuple[int, ...]]]
 
-ALGORITHMS = ("dimension_order", "shortest_path", "ecmp")
+ALGORITHMS = ("dimension_order", "shortest_path", "ecmp", "dmodk")
 
 
 def compute_routes(fabric: Fabric, algorithm: str, down_links: frozenset[Link] = frozenset()) -> RouteTable:
@@ -37,6 +37,8 @@ def compute_routes(fabric: Fabric, algorithm: str, down_links: frozenset[Link] =
         return minimal_routes(fabric, down_links, all_paths=False)
     if algorithm == "ecmp":
         return minimal_routes(fabric, down_links, all_paths=True)
+    if algorithm == "dmodk":
+        return dmodk_routes(fabric, down_links)
     raise ValueError(f"unknown routing algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")
 
 
@@ -96,6 +98,27 @@ def minimal_routes(fabric: Fabric, down_links: frozenset[Link] = frozenset(), al
             candidates = sorted(port for port, (peer, _, link) in fabric.ports[s.name].items()
                                 if link not in down_links and peer in dist and dist[peer] == dist[s.name] - 1)
             table[s.name][h.name] = tuple(candidates) if all_paths else (candidates[0],)
+    return table
+
+
+def dmodk_routes(fabric: Fabric, down_links: frozenset[Link] = frozenset()) -> RouteTable:
+    """Destination-mod-k: a single minimal path per destination, spread by the destination's
+    index d. A switch at level l (0 for switches with hosts, then one more per hop away from them)
+    with m minimal next hops takes the (d // m**l) mod m-th. On a fat-tree this is the classic
+    static routing (Zahavi's D-mod-k, Al-Fares' two-level tables): consecutive destinations leave
+    an edge switch on different uplinks and a shift permutation crosses the core without two
+    flows sharing a link."""
+    table = minimal_routes(fabric, down_links, all_paths=True)
+    g = fabric.switch_graph()
+    edges = {h.switch for h in fabric.hosts}
+    level = {s: min((d for e, d in nx.single_source_shortest_path_length(g, s).items() if e in edges),
+                    default=0) for s in g.nodes}
+    index = {h.name: i for i, h in enumerate(fabric.hosts)}
+    for switch, routes in table.items():
+        for dst, ports in routes.items():
+            m = len(ports)
+            if m > 1:
+                routes[dst] = (ports[(index[dst] // m ** level[switch]) % m],)
     return table
 
 

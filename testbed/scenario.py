@@ -59,7 +59,9 @@ class FabricSpec:
 class ControllerSpec:
     app: str = spec("proactive_routing", "os-ken app in controllers/", "str", choices=("proactive_routing",))
     routing: str = spec("dimension_order", "route algorithm (dimension_order: torus only; ecmp: select "
-                        "groups hashing the 5-tuple)", "str", choices=("dimension_order", "shortest_path", "ecmp"))
+                        "groups hashing the 5-tuple; dmodk: one static path per destination, spread by "
+                        "destination index, the fat-tree's classic routing)", "str",
+                        choices=("dimension_order", "shortest_path", "ecmp", "dmodk"))
     dateline: bool = spec(False, "torus: dateline virtual channels for the workload's class", "bool")
     survive_controller_loss: bool = spec(False, "if the controller dies, let the switches keep forwarding on "
                                          "their installed rules and finish the run (else stop it at once)", "bool")
@@ -403,7 +405,7 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         raise InputError(where, "fabric.k", f"must be even, got {f.k}")
     if c.routing == "dimension_order" and f.topology != "torus":
         raise InputError(where, "controller.routing", f"dimension_order needs a torus, not a {f.topology}")
-    if c.dateline and (f.topology != "torus" or c.routing == "ecmp"):
+    if c.dateline and (f.topology != "torus" or c.routing in ("ecmp", "dmodk")):
         raise InputError(where, "controller.dateline", "needs a torus with single-path routing")
     if c.dateline and c.vc1_dscp == w.dscp:
         raise InputError(where, "controller.vc1_dscp", f"must differ from workload.dscp ({w.dscp})")
@@ -428,6 +430,12 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     n_hosts = len(fabric.hosts)
     if n_hosts < 2:
         raise InputError(where, "fabric", "a collective needs at least 2 hosts")
+    # every link end has a slot of MAX_CLASSES queues in the port program's maps
+    from testbed.bpfmaps import MAX_CLASSES as SLOT_CLASSES, MAX_QUEUES  # noqa: PLC0415
+    ports = len(fabric.interfaces())
+    if ports > MAX_QUEUES // SLOT_CLASSES:
+        raise InputError(where, "fabric", f"{ports} link ends; the port program holds at most "
+                         f"{MAX_QUEUES // SLOT_CLASSES} (testbed/bpf/port_qos.bpf.c MAX_QUEUES)")
     if w.type in ("chakra", "simai"):
         from testbed.workload import trace_messages  # noqa: PLC0415 (workload imports this module)
         trace_messages(sc, [h.name for h in fabric.hosts], where)  # a bad trace file is bad input

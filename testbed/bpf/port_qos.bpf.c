@@ -21,7 +21,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define MAX_QUEUES 4096
+#define MAX_QUEUES 16384
 #define MAX_CLASSES 8
 #define HIST_BUCKETS 32
 #define TAG 0x7e000000u

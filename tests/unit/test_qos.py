@@ -148,3 +148,14 @@ def test_scenario_round_trips_through_json_and_policy_changes_are_checked():
         with pytest.raises(InputError) as e:
             load_document("x", {"policy_changes": [change]}, "x.toml")
         assert e.value.field == field
+
+
+def test_offload_features_are_those_ethtool_K_turns_off():
+    from testbed.ports import offload_feature
+    off = ["tx-checksum-ip-generic", "tx-checksum-sctp", "rx-checksum", "tx-tcp-segmentation",
+           "tx-tcp6-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
+           "tx-tcp-accecn-segmentation", "tx-udp-segmentation", "tx-generic-segmentation", "rx-gro"]
+    kept = ["tx-scatter-gather", "rx-vlan-hw-parse", "tx-udp_tnl-segmentation", "highdma", "rx-gro-list",
+            "tx-gre-segmentation", "rx-lro"]
+    assert all(offload_feature(n) for n in off)
+    assert not any(offload_feature(n) for n in kept)

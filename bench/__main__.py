@@ -1,0 +1,279 @@
+"""The benchmark suite: `make bench` (as root), or `python -m bench [--only NAMES] [--quick]`.
+
+Every figure is a ratio or stands against a physical bound (the configured link rate, the
+analytical collective time, Scapy on the same veth); none is a wall-clock assertion. Results go to
+results/bench/<UTC time>/bench.json and a printed table with each target and whether this machine
+met it.
+
+    capacity   highest link rate at which a fat-tree with every host sending across the core (a
+               permutation) keeps the run's fidelity valid, full stack; k=4 at 4 KB and 8 KB frames,
+               k=8 at 4 KB
+    collective ring AllReduce bound / measured on the 4x4 torus and the k=4 fat-tree at the k=4
+               capacity rate
+    agent      engine sender packets/s per core against Scapy sendp() on one veth; the engine's
+               lossless rate carrying a queue pair (sender and receiver in its one loop)
+    bringup    4x4 torus and k=4, k=6, k=8 fat-trees: start to routes ready, and teardown to clean
+    telemetry  sweeps per second over every k=4 port and the agent's CPU share (from the capacity
+               run); PFC reaction from an XOFF crossing to the pause in force (incast-pfc)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import agent_speed, scenarios
+from testbed import probe
+from testbed.errors import Busy, InputError, RunFailed
+from testbed.packets import HEADER_BYTES
+from testbed.runstate import RunLock
+
+console = Console(width=None if sys.stdout.isatty() else 140)
+BENCHES = ("capacity", "collective", "agent", "bringup", "telemetry")
+TRAFFIC_S = 1.0   # seconds of traffic at line rate per capacity run
+
+
+def log(msg: str) -> None:
+    console.print(f"[dim]{msg}[/]")
+
+
+def fidelity_row(s: dict) -> dict:
+    f, lf = s["fidelity"], s["fidelity"].get("links") or {}
+    return {"valid": bool(f.get("valid")), "notes": f["notes"], "busy_links": lf.get("busy_links"),
+            "worst_link_share": lf.get("worst_share"), "all_links_share": lf.get("overall_share"),
+            "machine_busy": f.get("machine_busy_fraction"),
+            "cores": {k: round(v, 3) for k, v in f["cores_used"].items() if v is not None},
+            "engine_pacing_late": f.get("engine_pacing_late_fraction"),
+            "ovs_input_backlog_busy": _backlog_share(s)}
+
+
+def _backlog_share(s: dict):
+    b = (s.get("qos") or {}).get("ovs_input_backlog")
+    return b["busy_samples"] / b["samples"] if b and b["samples"] else None
+
+
+def capacity_run(k: int, bw: float, payload: int) -> dict:
+    hosts = k ** 3 // 4
+    sets = [f"fabric.k={k}", f"fabric.bw_mbps={bw:g}", f"workload.shift={hosts // 2}",
+            f"workload.payload_bytes={payload}",
+            f"workload.bytes_per_rank={int(bw * 1e6 / 8 * TRAFFIC_S) // payload * payload}"]
+    run_dir, s = scenarios.run("capacity-fattree", sets, log)
+    frame = payload + HEADER_BYTES
+    fwd_per_s = hosts * bw * 1e6 / 8 / frame * 5   # every path crosses 5 switches
+    return {"k": k, "bw_mbps": bw, "payload_bytes": payload, "run": str(run_dir), "status": s["status"],
+            "lost_packets": s["packets"]["lost"], "bound_ratio": s["collective"]["bound_ratio"],
+            "offered_switch_forwards_per_s": round(fwd_per_s),
+            "telemetry": (s.get("qos") or {}).get("telemetry"), "timings_s": s["timings_s"],
+            **fidelity_row(s)}
+
+
+def capacity(k: int, ladder: list[float], payload: int, start: float, measure=None) -> dict:
+    """Walk the ladder from `start`: up while runs stay valid, down until one is. The capacity is
+    the highest valid rate below the first invalid one (None if even the lowest fails)."""
+    measure = measure or capacity_run
+    runs: dict[float, dict] = {}
+    i = ladder.index(start)
+
+    def valid(bw):
+        if bw not in runs:
+            runs[bw] = measure(k, bw, payload)
+            r = runs[bw]
+            log(f"capacity k={k} {payload} B at {bw:g} Mb/s: {'valid' if r['valid'] else 'INVALID'} "
+                f"(worst link {r['worst_link_share']}, {'; '.join(r['notes'])})")
+        return runs[bw]["valid"] and runs[bw]["status"] == "ok"
+
+    if valid(ladder[i]):
+        while i + 1 < len(ladder) and valid(ladder[i + 1]):
+            i += 1
+        best = ladder[i]
+    else:
+        while i > 0 and not valid(ladder[i - 1]):
+            i -= 1
+        best = ladder[i - 1] if i > 0 else None
+    return {"k": k, "payload_bytes": payload, "capacity_mbps": best,
+            "runs": [runs[b] for b in sorted(runs)]}
+
+
+def collective(bw: float) -> dict:
+    out = {}
+    for name in ("allreduce-torus", "allreduce-fattree"):
+        sets = [f"fabric.bw_mbps={bw:g}", f"workload.bytes_per_rank={int(bw * 40 * 1024)}",
+                "workload.iterations=2", "run.report=false"]
+        run_dir, s = scenarios.run_named(name, sets, log)
+        c = s["collective"]
+        out[name] = {"bw_mbps": bw, "run": str(run_dir), "bound_s": c["bound_s"], "time_s": c["time_s"],
+                     "bound_ratio": c["bound_ratio"], "bound_ratio_min": c["bound_ratio_min"],
+                     "status": s["status"], **fidelity_row(s)}
+        log(f"{name} at {bw:g} Mb/s: bound/measured {c['bound_ratio']}")
+    return out
+
+
+def agent(quick: bool) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="bench-agent-"))
+    rates = [1000e6, 2000e6, 3000e6, 4000e6] if not quick else [1000e6, 2000e6]
+    with RunLock(f"bench-agent-{os.getpid()}", "bench: agent speed"), agent_speed.VethPair(work) as pair:
+        engine_pps = agent_speed.engine_sender_pps_per_core(pair, 300_000)
+        scapy_pps = agent_speed.scapy_sendp_pps_per_core(pair, 20_000)
+        runs = []
+        for r in rates:
+            res = agent_speed.engine_run(pair, work, r, TRAFFIC_S)
+            runs.append(res)
+            log(f"engine at {r / 1e6:g} Mb/s: {'lossless' if agent_speed.lossless(res) else 'NOT lossless'} "
+                f"({res['pps']:.0f} packets/s, {res['engine_cores']:.2f} cores)")
+            if not agent_speed.lossless(res):
+                break
+    good = [r for r in runs if agent_speed.lossless(r)]
+    return {"sender_pps_per_core": engine_pps, "scapy_sendp_pps_per_core": scapy_pps,
+            "sender_vs_scapy": engine_pps / scapy_pps,
+            "lossless_mbps": max((r["rate_mbps"] for r in good), default=None),
+            "lossless_data_pps": max((r["data_packets"] / r["duration_s"] for r in good), default=None),
+            "runs": runs, "payload_bytes": agent_speed.PAYLOAD}
+
+
+def bringup(quick: bool) -> dict:
+    fabrics = [("torus 4x4", "allreduce-torus", []), ("fat-tree k=4", "allreduce-fattree", []),
+               ("fat-tree k=6", "allreduce-fattree", ["fabric.k=6"]),
+               ("fat-tree k=8", "allreduce-fattree", ["fabric.k=8"])]
+    if quick:
+        fabrics = fabrics[:2]
+    out = {}
+    for label, name, extra in fabrics:
+        # as little traffic as a run allows: the times are the fabric's, not the workload's
+        sets = extra + ["workload.bytes_per_rank=64KiB", "workload.iterations=1", "run.report=false"]
+        run_dir, s = scenarios.run_named(name, sets, log)
+        t = s["timings_s"]
+        out[label] = {"routes_ready_s": t.get("routes_ready"), "net_start_s": t.get("net_start_s"),
+                      "ports_configure_s": t.get("ports_configure_s"), "teardown_s": t.get("teardown_s"),
+                      "run": str(run_dir), "status": s["status"]}
+        log(f"bring-up {label}: routes ready {t.get('routes_ready'):.2f} s, teardown {t.get('teardown_s'):.2f} s")
+    return out
+
+
+def telemetry(cap_k4: dict | None) -> dict:
+    out = {}
+    if cap_k4:
+        r = next((x for x in cap_k4["runs"] if x["bw_mbps"] == cap_k4["capacity_mbps"]), cap_k4["runs"][0])
+        tel = r["telemetry"] or {}
+        out["k4"] = {"bw_mbps": r["bw_mbps"], "target_hz": tel.get("target_hz"), "achieved_hz": tel.get("achieved_hz"),
+                     "agent_cores": tel.get("agent_cores"), "queues": "every class of every k=4 switch port"}
+    run_dir, s = scenarios.run_named("incast-pfc", ["run.report=false"], log)
+    pfc = s["qos"]["pfc"]
+    out["pfc_reaction_us"] = {"p50": pfc["reaction_us"]["p50"], "p99": pfc["reaction_us"]["p99"],
+                              "pauses": pfc["pauses"], "run": str(run_dir)}
+    out["incast_pfc_telemetry"] = s["qos"]["telemetry"]
+    return out
+
+
+def targets(res: dict) -> list[tuple]:
+    """(what, measured, target, met) rows; None where the benchmark did not run."""
+    rows = []
+    cap = res.get("capacity", {})
+    k4 = cap.get("k4_4096")
+    if k4 is not None:
+        rows.append(("k=4 fat-tree, every host across the core, full stack, fidelity valid (4 KB frames)",
+                     f"{k4['capacity_mbps']} Mb/s", ">= 100 Mb/s", (k4["capacity_mbps"] or 0) >= 100))
+    k4j = cap.get("k4_8192")
+    if k4j is not None:
+        rows.append(("  the same with 8 KB frames", f"{k4j['capacity_mbps']} Mb/s", ">= 100 Mb/s",
+                     (k4j["capacity_mbps"] or 0) >= 100))
+    k8 = cap.get("k8_4096")
+    if k8 is not None:
+        rows.append(("k=8 fat-tree, all 128 hosts (4 KB frames)", f"{k8['capacity_mbps']} Mb/s", ">= 10 Mb/s",
+                     (k8["capacity_mbps"] or 0) >= 10))
+    for name, c in (res.get("collective") or {}).items():
+        rows.append((f"ring AllReduce {name} at {c['bw_mbps']:g} Mb/s: bound / measured",
+                     f"{c['bound_ratio']:.3f}" if c["bound_ratio"] else "-", ">= 0.9",
+                     (c["bound_ratio"] or 0) >= 0.9))
+    a = res.get("agent")
+    if a:
+        rows.append(("engine sender / Scapy sendp, packets/s per core", f"{a['sender_vs_scapy']:.0f}x", ">= 50x",
+                     a["sender_vs_scapy"] >= 50))
+        rows.append(("engine lossless rate, one queue pair, sender and receiver in one loop",
+                     f"{a['lossless_mbps']} Mb/s", "(reported)", None))
+    for label, b in (res.get("bringup") or {}).items():
+        target = 3.0 if label == "fat-tree k=4" else 20.0 if label == "fat-tree k=8" else None
+        rows.append((f"{label}: start to routes ready / teardown", f"{b['routes_ready_s']:.1f} s / "
+                     f"{b['teardown_s']:.1f} s", f"<= {target:g} s" if target else "(reported)",
+                     (b["routes_ready_s"] <= target) if target else None))
+    t = res.get("telemetry")
+    if t:
+        if "k4" in t:
+            rows.append(("telemetry over every k=4 port: sweeps/s / agent cores",
+                         f"{t['k4']['achieved_hz']:.0f} / {t['k4']['agent_cores']:.2f}", ">= 1000 / <= 0.20",
+                         t["k4"]["achieved_hz"] >= 990 and t["k4"]["agent_cores"] <= 0.20))
+        p = t["pfc_reaction_us"]
+        rows.append(("PFC reaction, XOFF crossing to pause in force, p50 / p99",
+                     f"{p['p50']:.0f} / {p['p99']:.0f} us", "p99 <= 1000 us", p["p99"] <= 1000))
+    return rows
+
+
+def print_table(res: dict) -> None:
+    t = Table(title=f"bench on {res['machine']['cpus']} cores, {res['machine']['mem_bytes'] / 2**30:.0f} GiB, "
+                    f"kernel {res['versions'].get('kernel')}, {res['datapath']}")
+    for col in ("what", "measured", "target", "met"):
+        t.add_column(col)
+    for what, measured, target, met in res["targets"]:
+        t.add_row(what, measured, target, "-" if met is None else "[green]yes[/]" if met else "[red]no[/]")
+    console.print(t)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
+    p.add_argument("--quick", action="store_true", help="fewer points (a smoke run of the suite)")
+    args = p.parse_args(argv)
+    only = [x for x in args.only.split(",") if x]
+    unknown = set(only) - set(BENCHES)
+    if unknown:
+        console.print(f"--only: unknown {', '.join(sorted(unknown))}; known: {', '.join(BENCHES)}")
+        return 2
+    if os.geteuid() != 0:
+        console.print("bench: needs root (Mininet, Open vSwitch, namespaces)")
+        return 2
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = scenarios.RESULTS / stamp
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = {"bench_version": 1, "started_utc": stamp, "machine": probe.machine(), "versions": probe.versions(),
+           "git_commit": probe.git_commit(),
+           "datapath": "ovs-kernel" if probe.choose_datapath() == "kernel" else "ovs-userspace (netdev)"}
+    t0 = time.monotonic()
+    try:
+        if "capacity" in only:
+            res["capacity"] = {}
+            k4_ladder = [10, 25, 50, 75, 100, 150, 200]
+            res["capacity"]["k4_4096"] = capacity(4, k4_ladder, 4096, 50)
+            res["capacity"]["k4_8192"] = capacity(4, k4_ladder, 8192, res["capacity"]["k4_4096"]["capacity_mbps"] or 25)
+            if not args.quick:
+                res["capacity"]["k8_4096"] = capacity(8, [2, 5, 10, 20, 50], 4096, 10)
+        if "collective" in only:
+            k4 = (res.get("capacity") or {}).get("k4_4096", {}).get("capacity_mbps")
+            res["collective"] = collective(k4 or 50)
+        if "agent" in only:
+            res["agent"] = agent(args.quick)
+        if "bringup" in only:
+            res["bringup"] = bringup(args.quick)
+        if "telemetry" in only:
+            res["telemetry"] = telemetry((res.get("capacity") or {}).get("k4_4096"))
+    except (InputError, RunFailed, Busy) as e:
+        console.print(f"[bold red]bench failed[/]: {e}")
+        res["error"] = str(e)
+        (out_dir / "bench.json").write_text(json.dumps(res, indent=1))
+        return 3 if isinstance(e, Busy) else 1
+    res["duration_s"] = time.monotonic() - t0
+    res["targets"] = targets(res)
+    (out_dir / "bench.json").write_text(json.dumps(res, indent=1))
+    print_table(res)
+    console.print(f"results: {out_dir / 'bench.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Traffic agent speed, without Open vSwitch in the way: two namespaces joined by one veth pair.
+
+- sender: packets per second per core of the engine's send path (a prebuilt RoCE template patched
+  in place, one AF_PACKET send) against Scapy's own sendp() of prebuilt packets, on the same
+  veth in the same run; the ratio is the figure of merit.
+- receiver: the real engine (python -m testbed.engine) carrying one queue pair across the pair,
+  paced at rising rates; the lossless rate is the highest at which every packet arrived, the
+  receive socket dropped nothing and the engine kept its pacing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from testbed.netns import netns_of
+from testbed.packets import DataTemplate, HEADER_BYTES
+from testbed.procs import ManagedProcess, wait_until
+from testbed.scenario import DcqcnSpec, TransportSpec
+
+PAYLOAD = 4096
+ETH_P_IP = 0x0800
+MACS = ("02:00:5e:00:00:01", "02:00:5e:00:00:02")
+IPS = ("10.99.0.1", "10.99.0.2")
+
+
+class VethPair:
+    """Two network namespaces, each held by a `sleep` process this object starts and stops by PID,
+    joined by one veth pair. The veths die with the namespaces."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        tag = f"{os.getpid() % 100000}"
+        self.ifnames = (f"tbbA{tag}", f"tbbB{tag}")
+        self.holders: list[ManagedProcess] = []
+        self._stack = ExitStack()
+
+    @property
+    def pids(self) -> tuple[int, int]:
+        return self.holders[0].pid, self.holders[1].pid
+
+    def __enter__(self):
+        try:
+            own = os.readlink("/proc/self/ns/net")
+            for i in range(2):
+                p = ManagedProcess(f"namespace {i}", ["unshare", "--net", "--", "sleep", "infinity"],
+                                   self.workdir / f"ns{i}.log")
+                self._stack.enter_context(p)
+                self.holders.append(p)
+                wait_until(lambda: os.readlink(f"/proc/{p.pid}/ns/net") != own, 5,
+                           f"namespace {i} to exist", alive=p.alive)
+            with IPRoute() as ipr:
+                ipr.link("add", ifname=self.ifnames[0], kind="veth", peer=self.ifnames[1])
+                try:
+                    for name, pid in zip(self.ifnames, self.pids):
+                        ipr.link("set", index=ipr.link_lookup(ifname=name)[0], net_ns_pid=pid)
+                except Exception:
+                    left = ipr.link_lookup(ifname=self.ifnames[0])
+                    if left:
+                        ipr.link("del", index=left[0])
+                    raise
+            for name, pid, mac, ip in zip(self.ifnames, self.pids, MACS, IPS):
+                with netns_of(pid), IPRoute() as ipr:
+                    idx = ipr.link_lookup(ifname=name)[0]
+                    ipr.link("set", index=idx, address=mac, mtu=9000)
+                    ipr.addr("add", index=idx, address=ip, prefixlen=24)
+                    ipr.link("set", index=idx, state="up")
+                    ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+            return self
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __exit__(self, *exc):
+        self._stack.close()
+
+
+def template() -> DataTemplate:
+    return DataTemplate(src_mac=MACS[0], dst_mac=MACS[1], src_ip=IPS[0], dst_ip=IPS[1], dscp=26, flow=0,
+                        payload_bytes=PAYLOAD)
+
+
+def engine_sender_pps_per_core(pair: VethPair, packets: int) -> float:
+    """The engine's per-packet send work: patch PSN, stamp and ICRC into the template, send."""
+    with netns_of(pair.pids[0]):
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
+        sock.bind((pair.ifnames[0], ETH_P_IP))
+    tmpl = template()
+    sent = 0
+    try:
+        c0 = time.thread_time_ns()
+        for i in range(packets):
+            try:
+                sock.send(tmpl.fill(i, 0, i, time.monotonic_ns()))
+                sent += 1
+            except OSError:
+                pass  # a full transmit queue: not counted
+        cpu = time.thread_time_ns() - c0
+    finally:
+        sock.close()
+    return sent / (cpu / 1e9)
+
+
+def scapy_sendp_pps_per_core(pair: VethPair, packets: int) -> float:
+    """Scapy's sendp() given a list of prebuilt packets (its fastest documented use: one socket
+    for the whole list)."""
+    from scapy.all import Ether, conf, sendp  # noqa: F401 (conf: scapy's own socket choice)
+    pkt = Ether(bytes(template().fill(0, 0, 0, 0)))
+    batch = [pkt] * packets
+    with netns_of(pair.pids[0]):
+        c0 = time.process_time_ns()
+        sendp(batch, iface=pair.ifnames[0], verbose=False)
+        cpu = time.process_time_ns() - c0
+    return packets / (cpu / 1e9)
+
+
+def engine_run(pair: VethPair, workdir: Path, rate_bps: float, seconds: float) -> dict:
+    """The real engine carrying one queue pair from namespace 0 to 1 at rate_bps for about
+    `seconds`; its own counters."""
+    out = workdir / f"engine-{rate_bps / 1e6:.0f}"
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    frame = PAYLOAD + HEADER_BYTES
+    nbytes = int(rate_bps / 8 * seconds * PAYLOAD / frame) // PAYLOAD * PAYLOAD
+    plan = {"out_dir": str(out), "payload_bytes": PAYLOAD, "time_limit_s": seconds * 10 + 10,
+            "transport": dataclasses.asdict(TransportSpec()), "dcqcn": dataclasses.asdict(DcqcnSpec()),
+            "stall_timeout_s": 3.0,
+            "hosts": [{"name": f"h{i}", "pid": pid, "ifname": name, "mac": mac, "ip": ip, "bw_bps": rate_bps}
+                      for i, (pid, name, mac, ip) in enumerate(zip(pair.pids, pair.ifnames, MACS, IPS))],
+            "flows": [{"id": 0, "src": "h0", "dst": "h1", "tag": "collective", "dscp": 26, "ect": True,
+                       "class": 0, "nic_priority": 0}],
+            "messages": [[0, 0, nbytes, [], 0]]}
+    (out / "raw" / "plan.json").write_text(json.dumps(plan))
+    eng = ManagedProcess("engine", [sys.executable, "-m", "testbed.engine", str(out / "raw" / "plan.json")],
+                         out / "engine.log", cwd=str(Path(__file__).resolve().parent.parent))
+    with eng:
+        wait_until(lambda: eng.proc.poll() is not None, seconds * 10 + 30, "the engine to finish", poll_s=0.05)
+    stats = json.loads((out / "raw" / "engine.json").read_text())
+    msgs = json.loads((out / "raw" / "messages.json").read_text())
+    dur = (stats["end_ns"] - stats["start_ns"]) / 1e9
+    tx, rx = stats["hosts"][0], stats["hosts"][1]
+    data_pkts = msgs["packets"][0]
+    return {"rate_mbps": rate_bps / 1e6, "reason": stats["reason"], "duration_s": dur,
+            "data_packets": data_pkts, "sent_packets": msgs["sent_packets"][0],
+            "received_packets": msgs["recv_packets"][0],
+            "socket_drops": sum(h["socket_drops"] for h in stats["hosts"]),
+            "pacing_late_fraction": tx["pacing_late_ns"] / 1e9 / max(dur, 1e-9),
+            # every packet the one loop handled: data and ACKs, each sent once and received once
+            "pps": sum(h["tx_packets"] + h["rx_packets"] for h in stats["hosts"]) / max(dur, 1e-9),
+            "delivered_mbps": msgs["recv_bytes"][0] * 8 / max(dur, 1e-9) / 1e6,
+            "engine_cores": stats["cpu_s"] / max(dur, 1e-9)}
+
+
+def lossless(r: dict) -> bool:
+    return (r["reason"] == "complete" and r["sent_packets"] == r["data_packets"] and r["socket_drops"] == 0
+            and r["pacing_late_fraction"] <= 0.01)
