@@ -207,7 +207,7 @@ def targets(res: dict) -> list[tuple]:
     if t:
         if "k4" in t:
             rows.append(("telemetry over every k=4 port: sweeps/s / agent cores",
-                         f"{t['k4']['achieved_hz']:.0f} / {t['k4']['agent_cores']:.2f}", ">= 1000 / <= 0.20",
+                         f"{t['k4']['achieved_hz']:.0f} / {t['k4']['agent_cores']:.2f}", ">= 1000 (1% missed allowed) / <= 0.20",
                          t["k4"]["achieved_hz"] >= 990 and t["k4"]["agent_cores"] <= 0.20))
         p = t["pfc_reaction_us"]
         rows.append(("PFC reaction, XOFF crossing to pause in force, p50 / p99",
