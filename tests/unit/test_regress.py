@@ -56,3 +56,28 @@ def test_baseline_comparison_uses_direction_and_tolerance():
         "qos.ecn.marked"] == "ok"
     gone = {k: v for k, v in SUMMARY.items() if k != "packets"}
     assert {r["metric"]: r["verdict"] for r in compare(gone, base)}["packets.lost"] == "missing"
+
+
+def test_per_class_latency_is_tracked_for_every_class_the_run_has():
+    s = {**SUMMARY, "latency_by_class_us": {"roce": {"p50_us": 1000.0, "p99_us": 5000.0},
+                                            "bulk": {"p50_us": 3000.0, "p99_us": None}}}
+    base = baseline_of(s)
+    assert {k: v for k, v in base["metrics"].items() if k.startswith("latency")} == {
+        "latency_by_class_us.bulk.p50_us": 3000.0, "latency_by_class_us.roce.p50_us": 1000.0,
+        "latency_by_class_us.roce.p99_us": 5000.0}
+    slower = {**s, "latency_by_class_us": {"roce": {"p50_us": 2600.0, "p99_us": 9000.0},
+                                           "bulk": {"p50_us": 9000.0}}}
+    rows = {r["metric"]: r for r in compare(slower, base)}
+    assert rows["latency_by_class_us.roce.p50_us"]["verdict"] == "regressed"   # over 2 x 1000 (rel 1.0)
+    assert rows["latency_by_class_us.roce.p99_us"]["verdict"] == "ok"          # within 2 x 5000
+    assert rows["latency_by_class_us.bulk.p50_us"]["verdict"] == "regressed"
+
+
+def test_verdict_separates_policy_from_performance_on_an_emulation_that_fell_behind():
+    from testbed.regress import verdict
+    assert verdict([], True) == "ok" and verdict([], False) == "inconclusive"
+    assert verdict(["collective.bound_ratio"], True) == "regressed"
+    assert verdict(["collective.bound_ratio", "latency_by_class_us.roce.p50_us",
+                    "transport.steady_state.bottleneck_queue.p99_bytes"], False) == "inconclusive"
+    assert verdict(["qos.ecn.marked"], False) == "regressed"        # no marks is the policy, not the machine
+    assert verdict(["status", "collective.bound_ratio"], False) == "regressed"
