@@ -40,16 +40,17 @@ def plot_queues(run_dir: Path, out: Path, t0: int, t1: int) -> bool:
     tel = pd.read_parquet(path)
     # the telemetry runs from before the traffic: show the traffic phase
     series = link_analysis.port_series(tel[(tel["t_ns"] >= t0) & (tel["t_ns"] <= t1)])
-    busiest = sorted((s for s in series if s.depth_bytes.max() > 0), key=lambda s: s.depth_bytes.max(),
-                     reverse=True)[:BUSIEST_PORTS]
+    busiest = sorted(series, key=lambda s: s.depth_bytes.max(), reverse=True)[:BUSIEST_PORTS]
     if not busiest:
         return False
+    empty = busiest[0].depth_bytes.max() == 0
     fig, ax = plt.subplots(figsize=(9, 4))
     for s in busiest:
         ax.step((s.t_ns - t0) / 1e6, s.depth_bytes / 1e3, where="post", label=s.port, lw=0.9)
     ax.set_xlabel("time since traffic start (ms)")
     ax.set_ylabel("queued (KB, all classes)")
-    ax.set_title(f"queue depth, the {len(busiest)} deepest switch ports (1 kHz telemetry)")
+    ax.set_title(f"queue depth, the {len(busiest)} deepest switch ports (1 kHz telemetry)"
+                 + (": no queue built up" if empty else ""))
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
