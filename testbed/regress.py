@@ -67,13 +67,17 @@ TRACKED = {
     "latency_by_class_us.*.p50_us": Tolerance("lower", rel=1.0, abs=500),
     "latency_by_class_us.*.p99_us": Tolerance("lower", rel=1.0, abs=1000),
     "packets.lost": Tolerance("lower", rel=0.5, abs=5),
-    "packets.retransmitted": Tolerance("lower", rel=0.5, abs=20),
+    # a frame reordered inside Open vSwitch now and then makes a lossless run NAK once and go back
+    # over its window (measured on incast-pfc: 73-79 frames resent, none lost); losses and drops
+    # are tracked on their own
+    "packets.retransmitted": Tolerance("lower", rel=0.5, abs=100),
     "packets.timeouts": Tolerance("lower", rel=0.5, abs=2),
     "qos.queues.buffer_drops": Tolerance("lower", rel=0.5, abs=5),
     # marks and pauses follow the congestion: far fewer is as suspect as far more (a policy gone)
     "qos.ecn.marked": Tolerance("near", rel=0.5, abs=50),
     "qos.pfc.pauses": Tolerance("near", rel=0.9, abs=20),
-    "transport.steady_state.jain_index": Tolerance("higher", abs=0.05),
+    # incast-pfc's steady state (PFC blocking a victim) measured 0.43-0.51 from run to run
+    "transport.steady_state.jain_index": Tolerance("higher", abs=0.1),
     "transport.steady_state.bottleneck_queue.p99_bytes": Tolerance("lower", rel=1.0, abs=50000),
     "status": Tolerance("equal"),
 }
