@@ -394,11 +394,9 @@ def analyze(run_dir: Path) -> dict:
     tel = pd.read_parquet(run_dir / "queues.parquet") if (run_dir / "queues.parquet").exists() else None
     class_names = ({int(c): n for c, n in tel[["class", "class_name"]].drop_duplicates().itertuples(index=False)}
                    if tel is not None and not tel.empty else {})
-    tr = transport_summary(run_dir, pkts, msgs, _read_json(raw / "plan.json"), engine, tel, class_names,
+    tr, flows = transport_summary(run_dir, pkts, msgs, _read_json(raw / "plan.json"), engine, tel, class_names,
                            summary["fidelity"]["cores_used"], duration_s)
     summary["transport"] = tr
-    flows = pd.read_parquet(run_dir / "flows.parquet")
-    flows.to_csv(run_dir / "flows.csv", index=False)
     classes = class_of_dscp(sc.get("classes", []))
     _write(latency_table(pkts, flows, classes), run_dir, "latency")
     summary["latency_by_class_us"] = class_latency(pkts, classes)

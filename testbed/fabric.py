@@ -77,7 +77,7 @@ class EmulatedFabric:
             self.timings["net_start_s"] = time.monotonic() - t0
             t1 = time.monotonic()
             self.ports.attach(self.net, self.fabric)
-            self.ports.configure(self.net)
+            self.ports.configure()
             self.timings["ports_configure_s"] = time.monotonic() - t1
         except BaseException:
             self.__exit__(None, None, None)

@@ -117,12 +117,12 @@ class PortManager:
         self._by_ifname = {p.ifname: p for p in self.ports}
         self.bpf = PortQosObject()
 
-    def configure(self, net) -> None:
+    def configure(self) -> None:
         c = self.config
         for p in self.ports:
             p.ipr.link("set", index=p.index, mtu=c.mtu_bytes)
         if c.offloads_off:
-            self._offloads_off(net)
+            self._offloads_off()
         layout = c.layout
         for p in self.ports:
             link_bps = p.bw_mbps * 1e6
@@ -179,7 +179,7 @@ class PortManager:
                             "running": self.tbf_running(p, cls), "paused": self.tbf_paused(p, cls)})
         return out
 
-    def _offloads_off(self, net) -> None:
+    def _offloads_off(self) -> None:
         """What `ethtool -K IF tx off rx off tso off gso off gro off` turns off, by the ethtool ioctl
         (pyroute2), from one socket per namespace: 0.05 ms per interface against 1.4 ms for an
         ethtool process (measured), which a k=8 fat-tree's 768 link ends feel."""

@@ -109,12 +109,15 @@ def flow_table(pkts: pd.DataFrame, msgs: pd.DataFrame, events: pd.DataFrame, pla
 
 
 def transport_summary(run_dir: Path, pkts: pd.DataFrame, msgs: pd.DataFrame, plan: dict, engine: dict,
-                      tel: pd.DataFrame | None, class_names: dict, cores: dict, duration_s: float) -> dict:
+                      tel: pd.DataFrame | None, class_names: dict, cores: dict,
+                      duration_s: float) -> tuple[dict, pd.DataFrame]:
+    """The summary's transport section, and the per-queue-pair table (written as flows.parquet/csv)."""
     raw = run_dir / "raw"
     events = qp_event_table(raw)
     events.to_parquet(run_dir / "qp_events.parquet", index=False)
     flows = flow_table(pkts, msgs, events, plan, engine)
     flows.to_parquet(run_dir / "flows.parquet", index=False)
+    flows.to_csv(run_dir / "flows.csv", index=False)
     collective = [f["id"] for f in plan["flows"] if f["tag"] == "collective"]
     window = steady_window(pkts, collective) if len(collective) > 1 else None
     steady = None
@@ -139,7 +142,7 @@ def transport_summary(run_dir: Path, pkts: pd.DataFrame, msgs: pd.DataFrame, pla
                       "nic_paused_ms": h["nic_full_ms"]})
     engine_cores, ovs_cores = cores.get("engine"), cores.get("ovs-vswitchd")
     total_pps = sum(x["tx_pps"] + x["rx_pps"] for x in hosts)
-    return {
+    summary = {
         "reliability": plan["transport"]["reliability"], "cc": plan["transport"]["cc"],
         "dcqcn": engine.get("dcqcn"),
         "retransmitted_packets": int(flows["retransmitted_packets"].sum()) if len(flows) else 0,
@@ -162,3 +165,4 @@ def transport_summary(run_dir: Path, pkts: pd.DataFrame, msgs: pd.DataFrame, pla
                    "max_host_pps": max((x["tx_pps"] + x["rx_pps"] for x in hosts), default=0.0),
                    "receiver_socket_drops": int(sum(x["receiver_socket_drops"] for x in hosts))},
     }
+    return summary, flows
