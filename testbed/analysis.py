@@ -174,6 +174,20 @@ def _pct(series: pd.Series, q: float) -> float | None:
     return float(np.percentile(s.to_numpy(dtype="float64"), q)) if len(s) else None
 
 
+def link_deltas(start: dict[str, dict], end: dict[str, dict]) -> dict[str, dict]:
+    """Per interface: what its kernel counters moved between the two readings."""
+    return {name: {k: v - start.get(name, {}).get(k, 0) for k, v in c.items()} for name, c in end.items()}
+
+
+def ovs_internal_drops(moved: dict[str, dict], switches: set[str], accounted: int) -> int:
+    """Frames Open vSwitch's ports took in during the traffic but never sent on, less those
+    already accounted for on the way (dropped or still held by a switch port's queue, dropped at
+    ovs-vswitchd's receive sockets): pipeline drops and sends the kernel refused, which OVS drops
+    silently. Any non-RoCE frame it dropped counts too, so this can only over-report."""
+    ports = [d for name, d in moved.items() if name.rsplit("-eth", 1)[0] in switches]
+    return max(0, sum(d["rx_packets"] - d["tx_packets"] for d in ports) - accounted)
+
+
 def link_views(run_dir: Path, raw: Path, tel: pd.DataFrame | None, fabric_doc: dict, sc: dict, engine: dict,
                pkts: pd.DataFrame) -> tuple[dict, dict]:
     """Per-link tables (links, link_utilisation) and the drain-rate fidelity verdict, from the
@@ -235,12 +249,15 @@ def analyze(run_dir: Path) -> dict:
     qdisc_drops = int(sum(q["drops"] for q in queues if q["node"] in switches))
     # Packets still in a queue when the traffic ended (a spurious retransmission behind a pause).
     queued_at_end = int(sum(q["qlen"] for q in queues))
-    ovs_ports = _read_json(raw / "ovs_ports_end.json") if (raw / "ovs_ports_end.json").exists() else {}
-    # Packets Open vSwitch took in on the fabric's ports but never sent out: pipeline drops and
-    # sends the kernel refused (OVS drops those silently). Includes any non-RoCE packet it dropped.
-    ovs_dropped = max(0, sum(p.get("rx_packets", 0) - p.get("tx_packets", 0) for p in ovs_ports.values()))
+    switch_queued = int(sum(q["qlen"] for q in queues if q["node"] in switches))
     ovs_socket_drops = sum(_read_json(raw / "ovs_socket_drops_end.json").values()) \
         if (raw / "ovs_socket_drops_end.json").exists() else 0
+    links0 = _read_json(raw / "links_start.json") if (raw / "links_start.json").exists() else {}
+    links1 = _read_json(raw / "links_end.json") if (raw / "links_end.json").exists() else {}
+    moved = link_deltas(links0, links1)
+    # a veth refusing a frame (its peer's receive backlog full: netdev_max_backlog) counts it in
+    # the peer's rx_dropped, and some kernels also in the sender's tx_dropped: may over-report
+    link_drops = int(sum(d["tx_dropped"] + d["rx_dropped"] for d in moved.values()))
     socket_drops = int(sum(h["socket_drops"] for h in engine["hosts"]))
     duration_s = (engine["end_ns"] - engine["start_ns"]) / 1e9
     payload_delivered = int(msgs.loc[msgs["complete"], "bytes"].sum())
@@ -267,8 +284,9 @@ def analyze(run_dir: Path) -> dict:
     lost_to_faults = int((in_fault & pkts["rx_ns"].isna()).sum())
     qos = qos_summary(raw, duration_s)
     buffer_drops = qos["queues"]["buffer_drops"] if qos else 0
+    ovs_dropped = ovs_internal_drops(moved, switches, qdisc_drops + buffer_drops + switch_queued + ovs_socket_drops)
     counted_drops = (qdisc_drops + buffer_drops + ovs_dropped + ovs_socket_drops + socket_drops + lost_to_faults
-                     + queued_at_end)
+                     + queued_at_end + link_drops)
     lost = sent - received
     if sent != received and not reliable:
         problems.append(f"{lost} of {sent} packets lost "
@@ -281,6 +299,7 @@ def analyze(run_dir: Path) -> dict:
                         f"counted {counted_drops} (port buffers {buffer_drops}, leaf qdiscs {qdisc_drops}, "
                         f"still queued at the end {queued_at_end}, inside Open vSwitch {ovs_dropped}, "
                         f"Open vSwitch receive sockets {ovs_socket_drops}, receiver sockets {socket_drops}, "
+                        f"veth drops {link_drops}, "
                         f"in flight on failed links {lost_to_faults})")
     fidelity_notes = []
     if pacing_late > MAX_PACING_LATE_FRACTION:
@@ -334,6 +353,7 @@ def analyze(run_dir: Path) -> dict:
                     "receiver_socket_drops": socket_drops,
                     "dropped_inside_ovs": ovs_dropped,
                     "ovs_rx_socket_drops": ovs_socket_drops,
+                    "veth_drops": link_drops,
                     "lost_on_failed_links": lost_to_faults,
                     "unaccounted": max(0, unexplained),
                     "ovs_drop_counters": manifest.get("ovs_drops_during_traffic", {}),
@@ -408,12 +428,22 @@ def analyze(run_dir: Path) -> dict:
     summary["fidelity"]["machine_cpu_idle_fraction"] = (1 - cpu["machine_busy_fraction"]
                                                         if cpu.get("machine_busy_fraction") is not None else None)
     if link_fid["busy_links"] and not link_fid["valid"]:
-        worst = link_fid["links"][0]
-        summary["fidelity"]["notes"].append(
-            f"{len(link_fid['failing_links'])} of {link_fid['busy_links']} busy links drained at their rate in "
-            f"fewer than {link_fid['min_share']:.0%} of their backlogged {link_fid['interval_ms']:.0f} ms intervals "
-            f"(worst {worst['port']}: {worst['share']:.1%}, {worst['slow_intervals']} slow, "
-            f"{worst['fast_intervals']} fast)")
+        failing = [c for c in link_fid["links"] if c["port"] in link_fid["failing_links"]]
+        jittery = [c for c in failing if c["share"] < link_fid["min_share"]]
+        slow = [c for c in failing if not c["drain_ratio_ok"]]
+        if jittery:
+            worst = jittery[0]
+            summary["fidelity"]["notes"].append(
+                f"{len(jittery)} of {link_fid['busy_links']} busy links drained at their rate in fewer than "
+                f"{link_fid['min_share']:.0%} of their backlogged {link_fid['interval_ms']:.0f} ms intervals "
+                f"(worst {worst['port']}: {worst['share']:.1%}, {worst['slow_intervals']} slow, "
+                f"{worst['fast_intervals']} fast)")
+        if slow:
+            worst = max(slow, key=lambda c: abs(c["drain_ratio"] - 1))
+            summary["fidelity"]["notes"].append(
+                f"{len(slow)} of {link_fid['busy_links']} busy links drained at more than "
+                f"{link_fid['tolerance']:.0%} from their rate over all their backlogged time (worst "
+                f"{worst['port']}: {worst['drain_ratio']:.3f} of its rate)")
         summary["fidelity"]["verdict"] = "could_not_keep_up"
     if tr["messages_with_wrong_bytes"]:
         summary["problems"].append(f"{tr['messages_with_wrong_bytes']} messages completed with the wrong "

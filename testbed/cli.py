@@ -190,12 +190,22 @@ def cmd_baseline(args) -> int:
         run_dir = _run_dir(args.run)
         summary = analysis.analyze(run_dir)
     else:
-        run_dir, summary = _run_and_analyze(args.name, [])
+        # like regress: a run the machine could not emulate faithfully is run once more
+        for attempt in (1, 2):
+            run_dir, summary = _run_and_analyze(args.name, [])
+            if summary["status"] != "ok" or summary["fidelity"]["verdict"] == "kept_up":
+                break
+            console.print(f"[yellow]{args.name}: the emulation could not keep up "
+                          f"({'; '.join(summary['fidelity']['notes'])})"
+                          f"{', running it once more' if attempt == 1 else ''}[/]")
     if summary["scenario"] != args.name:
         raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {args.name}")
-    if summary["status"] != "ok" or summary["fidelity"]["verdict"] != "kept_up":
-        raise RunFailed(f"{run_dir} is not a clean run (status {summary['status']}, fidelity "
-                        f"{summary['fidelity']['verdict']}): not stored as a baseline")
+    if summary["status"] != "ok":
+        raise RunFailed(f"{run_dir} is not a clean run (status {summary['status']}): not stored as a baseline")
+    if summary["fidelity"]["verdict"] != "kept_up":
+        console.print(f"[bold yellow]inconclusive[/]: {run_dir} could not keep up "
+                      f"({'; '.join(summary['fidelity']['notes'])}): not stored as a baseline")
+        return 4
     path = regress.save_baseline(summary)
     console.print(f"baseline for {args.name} stored in {path} (run {summary['run_id']})")
     return 0

@@ -84,18 +84,6 @@ class EmulatedFabric:
             raise
         return self
 
-    def ovs_port_stats(self) -> dict[str, dict[str, int]]:
-        """Open vSwitch's counters of every switch port of this fabric (rx/tx packets and drops)."""
-        out = subprocess.run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,statistics",
-                              "list", "Interface"], capture_output=True, text=True, check=True)
-        data = json.loads(out.stdout)
-        mine = set(self._root_interfaces())
-        stats = {}
-        for name, (_, pairs) in data["data"]:
-            if name in mine:
-                stats[name] = {k: v for k, v in pairs}
-        return stats
-
     def flow_stats(self) -> dict[str, list[dict]]:
         """Every switch's flow entries with their packet counters: {switch: [{rule, n_packets}]}."""
         out = {}

@@ -66,6 +66,10 @@ class PortConfig:
     layout: PortLayout
 
 
+# What a link's veth ends count: frames moved, and frames the kernel refused to move
+LINK_COUNTERS = ("rx_packets", "tx_packets", "rx_dropped", "tx_dropped")
+
+
 @dataclass
 class Port:
     node: str
@@ -232,6 +236,17 @@ class PortManager:
                             "drops": queue.get("drops", 0), "overlimits": queue.get("overlimits", 0),
                             "backlog_bytes": queue.get("backlog", 0), "qlen": queue.get("qlen", 0)})
         return out
+
+    def link_counters(self) -> dict[str, dict[str, int]]:
+        """Every port's kernel interface counters, read now (one link dump per namespace).
+        Open vSwitch's Interface statistics column is refreshed only every few seconds, so it
+        cannot say what a port moved during a traffic phase."""
+        stats: dict[tuple[int, int], dict] = {}
+        for ipr in {id(p.ipr): p.ipr for p in self.ports}.values():
+            for link in ipr.get_links():
+                s64 = link.get_attr("IFLA_STATS64") or {}
+                stats[(id(ipr), link["index"])] = {k: int(s64.get(k, 0)) for k in LINK_COUNTERS}
+        return {p.ifname: stats[(id(p.ipr), p.index)] for p in self.ports if (id(p.ipr), p.index) in stats}
 
     def close(self) -> None:
         if self.bpf is not None:

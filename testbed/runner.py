@@ -168,7 +168,6 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                 if agent.proc.returncode not in (0, None):
                     raise RunFailed(f"the switch agent failed (exit {agent.proc.returncode}); log:\n"
                                     f"{agent.log_tail()}")
-                (raw / "ovs_ports_end.json").write_text(json.dumps(net.ovs_port_stats()))
                 (raw / "ovs_socket_drops_end.json").write_text(json.dumps(net.ovs_socket_drops()))
                 (raw / "flows_end.json").write_text(json.dumps(net.flow_stats()))
         finally:
@@ -248,6 +247,9 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> N
     engine.on_start = record.add_process
     cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid})
     log(f"traffic: {sc.workload.type}, {len(plan['messages'])} messages over {len(plan['flows'])} flows")
+    # every port's counters, before the engine sends its first frame and when it is done: what
+    # the fabric moved during the traffic phase
+    (raw / "links_start.json").write_text(json.dumps(net.ports.link_counters()))
     with engine:
         # Measure CPU over the traffic phase only, not the engine's imports and socket setup.
         wait_until(lambda: (raw / "engine_ready").exists() or engine.proc.poll() is not None, 60,
@@ -295,6 +297,7 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> N
         # What is still queued when the traffic ends, before the agent resumes paused ports and
         # they drain toward hosts that no longer listen.
         (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
+        (raw / "links_end.json").write_text(json.dumps(net.ports.link_counters()))
         agent.stop()
         drops1 = probe.ovs_drop_counters()
         manifest["ovs_drops_during_traffic"] = {k: drops1[k] - drops0[k] for k in drops0}

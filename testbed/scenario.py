@@ -236,7 +236,8 @@ class RunSpec:
                                      "configured rate in at least this share of its backlogged intervals",
                                      "float", 0.0, 1.0)
     fidelity_tolerance: float = spec(0.10, "fidelity: how far from rate x interval a backlogged interval may "
-                                     "drain (at least one frame is always allowed)", "float", 0.0, 1.0)
+                                     "drain, plus one frame (the counter's quantum), and how far from the rate "
+                                     "a link may drain over all its backlogged time", "float", 0.0, 1.0)
     fidelity_interval_ms: float = spec(1.0, "fidelity: the interval a link's drain is judged over, a multiple of "
                                        "the telemetry period", "float", 0.1, 1000.0)
     report: bool = spec(True, "analysis: draw the plots and write report.md and report.html", "bool")

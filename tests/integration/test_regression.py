@@ -11,9 +11,10 @@ from helpers import ROOT, cli_argv, env_with_results, run_dirs, summary_of
 pytestmark = pytest.mark.root
 
 
-def run_cli(tmp_path, *args):
-    env = {**env_with_results(tmp_path / "results"), "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
-    return subprocess.run(cli_argv(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+def run_cli(tmp_path, *args, baselines=None):
+    env = {**env_with_results(tmp_path / "results"),
+           "TESTBED_BASELINE_DIR": str(baselines or tmp_path / "baselines")}
+    return subprocess.run(cli_argv(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 def result(out):
@@ -25,8 +26,10 @@ def verdicts(out):
     return result(out)["verdicts"]
 
 
-def test_baseline_then_regress_passes_and_ecn_off_regresses(tmp_path):
+def test_baseline_then_regress_passes(tmp_path):
     out = run_cli(tmp_path, "baseline", "incast-ecn")
+    if out.returncode == 4:
+        pytest.skip("incast-ecn: the emulation could not keep up in two runs, no baseline to compare with")
     assert out.returncode == 0, out.stdout + out.stderr
     base = json.loads((tmp_path / "baselines" / "incast-ecn.json").read_text())
     assert base["scenario"] == "incast-ecn" and base["metrics"]["qos.ecn.marked"] > 0
@@ -36,11 +39,13 @@ def test_baseline_then_regress_passes_and_ecn_off_regresses(tmp_path):
     assert out.returncode in (0, 4), out.stdout + out.stderr   # 4: the machine could not keep up twice
     assert verdicts(out) == {"incast-ecn": "ok" if out.returncode == 0 else "inconclusive"}
 
-    # the marking policy sabotaged: its expectation and the baseline comparison both catch it
-    out = run_cli(tmp_path, "regress", "incast-ecn", "--set", "qos.ecn=false")
+
+def test_ecn_off_regresses_against_the_committed_baseline(tmp_path):
+    # the marking policy sabotaged: its expectation and the baseline comparison both catch it, and
+    # a policy metric is a regression whether or not the machine kept up
+    out = run_cli(tmp_path, "regress", "incast-ecn", "--set", "qos.ecn=false", baselines=ROOT / "baselines")
     assert out.returncode == 1, out.stdout + out.stderr
     assert verdicts(out) == {"incast-ecn": "regressed"}
-    # both the expectation (marked > 0) and the baseline comparison (a band around it) flag it
     assert result(out)["failed"]["incast-ecn"].count("qos.ecn.marked") == 2, out.stdout
 
 

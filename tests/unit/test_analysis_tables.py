@@ -126,3 +126,20 @@ def test_report_says_invalid_fidelity_first_and_renders_both_formats(tmp_path):
     assert "| s0-eth1 | 100 | 10 | 90.0% | 1 | 0 | 0.9900 |" in md
     page = to_html(bl, tmp_path)
     assert page.startswith("<!DOCTYPE html>") and 'class="bad"' in page and "<table>" in page
+
+
+def test_ovs_internal_drops_count_what_its_ports_took_in_and_never_sent_on():
+    from testbed.analysis import link_deltas, ovs_internal_drops
+    c = lambda rx, tx, txd=0: {"rx_packets": rx, "tx_packets": tx, "rx_dropped": 0, "tx_dropped": txd}
+    start = {"s0-eth1": c(10, 5), "s0-eth2": c(3, 3), "h0-eth0": c(5, 10)}
+    # during the traffic s0 took in 100 + 50 frames and sent 60 + 70 on: 20 did not leave
+    end = {"s0-eth1": c(110, 65), "s0-eth2": c(53, 73, 2), "h0-eth0": c(65, 110)}
+    moved = link_deltas(start, end)
+    assert moved["s0-eth1"] == c(100, 60) and moved["s0-eth2"] == c(50, 70, 2)
+    # the host's own interface is not Open vSwitch's
+    assert ovs_internal_drops(moved, {"s0"}, accounted=0) == 20
+    # 15 of them were dropped or still held by the switch's queues: 5 vanished inside OVS
+    assert ovs_internal_drops(moved, {"s0"}, accounted=15) == 5
+    assert ovs_internal_drops(moved, {"s0"}, accounted=30) == 0
+    # a port that appeared after the first reading counts from zero
+    assert link_deltas({}, {"s1-eth1": c(4, 4)}) == {"s1-eth1": c(4, 4)}
