@@ -302,6 +302,15 @@ def analyze(run_dir: Path) -> dict:
                         f"veth drops {link_drops}, "
                         f"in flight on failed links {lost_to_faults})")
     fidelity_notes = []
+    # data packets the emulator's own plumbing lost, not a switch queue the policy runs: a real
+    # fabric would not have lost them (what each place dropped may include ACKs and other frames)
+    plumbing = ovs_dropped + ovs_socket_drops + link_drops
+    beyond_queues = max(0, lost - qdisc_drops - buffer_drops - queued_at_end - lost_to_faults)
+    lost_inside_emulator = min(beyond_queues, plumbing + socket_drops)
+    if plumbing and lost_inside_emulator:
+        fidelity_notes.append(f"the emulator itself dropped frames while {lost} data packets were lost (inside "
+                              f"Open vSwitch {ovs_dropped}, at its receive sockets {ovs_socket_drops}, at veths "
+                              f"{link_drops})")
     if pacing_late > MAX_PACING_LATE_FRACTION:
         fidelity_notes.append(f"the engine fell behind its pacing for {pacing_late:.1%} of the time")
     backlog = qos["ovs_input_backlog"] if qos else None
@@ -354,6 +363,7 @@ def analyze(run_dir: Path) -> dict:
                     "dropped_inside_ovs": ovs_dropped,
                     "ovs_rx_socket_drops": ovs_socket_drops,
                     "veth_drops": link_drops,
+                    "lost_inside_emulator": lost_inside_emulator,
                     "lost_on_failed_links": lost_to_faults,
                     "unaccounted": max(0, unexplained),
                     "ovs_drop_counters": manifest.get("ovs_drops_during_traffic", {}),

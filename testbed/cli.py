@@ -242,12 +242,14 @@ def cmd_regress(args) -> int:
             rows.append((e["metric"], f"{e['op']} {num(e['expected'])}", "", num(e["actual"]),
                          "ok" if e["ok"] else "regressed"))
         base = regress.load_baseline(n)
-        for c in regress.compare(s, base) if base else []:
+        overrides = {t.metric: (t.rel, t.abs) for t in load_scenario(n, args.set).tolerance}
+        for c in regress.compare(s, base, overrides) if base else []:
             rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
         if s["status"] not in ("ok", "regressed"):
             rows.append(("status", "ok", "", s["status"], "regressed"))
         failed[n] = [r[0] for r in rows if r[4] != "ok"]
-        verdicts[n] = regress.verdict(failed[n], s["fidelity"]["verdict"] == "kept_up")
+        verdicts[n] = regress.verdict(failed[n], s["fidelity"]["verdict"] == "kept_up",
+                                      regress.lost_to_the_emulator(s))
         for r in rows:
             color = "green" if r[4] == "ok" else "red"
             table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")

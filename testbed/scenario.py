@@ -266,6 +266,14 @@ class ExpectSpec:
 
 
 @dataclass(frozen=True)
+class ToleranceSpec:
+    metric: str = spec("", "a metric the regression baseline tracks (testbed/regress.py TRACKED), as a "
+                       "dotted path (e.g. transport.steady_state.bottleneck_queue.p99_bytes)", "str")
+    rel: float = spec(0.0, "how far it may move the wrong way from its baseline, relative", "float", 0.0, 100.0)
+    abs: float = spec(0.0, "or absolute, whichever is larger", "float", 0.0, 1e15)
+
+
+@dataclass(frozen=True)
 class PolicyChangeSpec:
     at_s: float = spec(0.0, "when the controller changes the policy, seconds after traffic starts", "float",
                        0.0, 3600.0)
@@ -294,6 +302,8 @@ class Scenario:
     faults: tuple[FaultSpec, ...] = ()
     policy_changes: tuple[PolicyChangeSpec, ...] = ()
     expect: tuple[ExpectSpec, ...] = ()
+    # this scenario's own run-to-run spread of a tracked metric, where it is wider than the default
+    tolerance: tuple[ToleranceSpec, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -310,7 +320,8 @@ class Scenario:
                    classes=tuple(build(ClassSpec, c) for c in d["classes"]),
                    faults=tuple(build(FaultSpec, f) for f in d["faults"]),
                    policy_changes=tuple(build(PolicyChangeSpec, p) for p in d.get("policy_changes", ())),
-                   expect=tuple(build(ExpectSpec, e) for e in d.get("expect", ())))
+                   expect=tuple(build(ExpectSpec, e) for e in d.get("expect", ())),
+                   tolerance=tuple(build(ToleranceSpec, t) for t in d.get("tolerance", ())))
 
     def with_class_change(self, class_name: str, field_name: str, value: Any) -> "Scenario":
         classes = tuple(dataclasses.replace(c, **{field_name: value}) if c.name == class_name else c
@@ -320,7 +331,8 @@ class Scenario:
 
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
             "transport": TransportSpec, "dcqcn": DcqcnSpec, "qos": QosSpec, "run": RunSpec}
-TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", "expect", *SECTIONS}
+TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", "expect", "tolerance",
+             *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
 
@@ -541,6 +553,16 @@ def _check_expect(where: str, i: int, e: ExpectSpec) -> ExpectSpec:
     return e
 
 
+def _check_tolerance(where: str, i: int, t: ToleranceSpec) -> ToleranceSpec:
+    from testbed.regress import TRACKED, tolerance_of
+    if tolerance_of(t.metric) is None:
+        raise InputError(where, f"tolerance[{i}].metric", f"{t.metric!r} is not a tracked metric; tracked: "
+                         f"{', '.join(TRACKED)}")
+    if tolerance_of(t.metric).better == "equal":
+        raise InputError(where, f"tolerance[{i}].metric", f"{t.metric} must equal its baseline: no tolerance")
+    return t
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`section.field=value`; the value is read as TOML (numbers, lists, booleans) or else as a string."""
     if "=" not in text:
@@ -604,8 +626,13 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
         raise InputError(where, "expect", "expected an array of tables [[expect]]")
     expect = tuple(_check_expect(where, i, _build_section(where, f"expect[{i}]", ExpectSpec, t))
                    for i, t in enumerate(expect_doc))
+    tol_doc = doc.get("tolerance", [])
+    if not isinstance(tol_doc, list):
+        raise InputError(where, "tolerance", "expected an array of tables [[tolerance]]")
+    tolerance = tuple(_check_tolerance(where, i, _build_section(where, f"tolerance[{i}]", ToleranceSpec, t))
+                      for i, t in enumerate(tol_doc))
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
-                  policy_changes=changes, expect=expect, **built)
+                  policy_changes=changes, expect=expect, tolerance=tolerance, **built)
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     return sc
 

@@ -81,3 +81,33 @@ def test_verdict_separates_policy_from_performance_on_an_emulation_that_fell_beh
                     "transport.steady_state.bottleneck_queue.p99_bytes"], False) == "inconclusive"
     assert verdict(["qos.ecn.marked"], False) == "regressed"        # no marks is the policy, not the machine
     assert verdict(["status", "collective.bound_ratio"], False) == "regressed"
+
+
+def test_losses_the_emulator_explains_are_inconclusive_only_on_an_unfaithful_run():
+    from testbed.regress import LOSS_METRICS, lost_to_the_emulator, verdict
+    inside = {"packets": {"lost": 22, "lost_inside_emulator": 22}}
+    explained = lost_to_the_emulator(inside)
+    assert explained == list(LOSS_METRICS)
+    assert verdict(["packets.lost", "packets.retransmitted"], False, explained) == "inconclusive"
+    # a faithful run has no excuse, and a port buffer drop is the policy's whatever the machine did
+    assert verdict(["packets.lost"], True, explained) == "regressed"
+    assert verdict(["packets.lost", "packets.port_buffer_drops"], False, explained) == "regressed"
+    # the emulator lost some, a queue the rest: the loss is the policy's
+    assert lost_to_the_emulator({"packets": {"lost": 22, "lost_inside_emulator": 5}}) == []
+    assert verdict(["packets.lost"], False, []) == "regressed"
+    assert lost_to_the_emulator({"packets": {"lost": 0, "lost_inside_emulator": 0}}) == []
+
+
+def test_a_scenarios_own_tolerance_replaces_the_default_and_keeps_its_direction():
+    from testbed.regress import tolerance_of
+    base = baseline_of(SUMMARY)
+    worse = {**SUMMARY, "packets": {"lost": 6, "retransmitted": 111}}
+    wider = {"packets.retransmitted": (0.0, 250.0)}
+    assert tolerance_of("packets.retransmitted", wider).better == "lower"
+    rows = {r["metric"]: r for r in compare(worse, base, wider)}
+    assert rows["packets.retransmitted"]["verdict"] == "ok" and rows["packets.retransmitted"]["limit"] == 260
+    assert rows["packets.lost"]["verdict"] == "regressed"     # the others keep their defaults
+    # narrower too: 10% of 1.0 s is 1.1 s
+    rows = {r["metric"]: r for r in compare({**SUMMARY, "collective": {"bound_ratio": 0.9, "mean_time_s": 1.12}},
+                                            base, {"collective.mean_time_s": (0.10, 0.0)})}
+    assert rows["collective.mean_time_s"]["verdict"] == "regressed"

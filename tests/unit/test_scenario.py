@@ -45,6 +45,11 @@ def test_set_overrides_any_field():
     ({"workload": {"type": "torus2d_allreduce", "grid_x": 3}}, "workload.grid_x"),
     ({"workload": {"placement": "diagonal"}}, "workload.placement"),
     ({"run": {"capture_snaplen_bytes": 10}}, "run.capture_snaplen_bytes"),
+    ({"tolerance": [{"metric": "packets.sent", "abs": 5}]}, "tolerance[0].metric"),
+    ({"tolerance": [{"metric": "status", "abs": 5}]}, "tolerance[0].metric"),
+    ({"tolerance": [{"metric": "packets.lost", "abs": -1}]}, "tolerance[0].abs"),
+    ({"tolerance": [{"metric": "packets.lost", "ab": 1}]}, "tolerance[0].ab"),
+    ({"tolerance": {"metric": "packets.lost"}}, "tolerance"),
 ])
 def test_bad_documents_name_the_file_and_field(doc, field):
     with pytest.raises(InputError) as e:
