@@ -219,8 +219,7 @@ def cmd_regress(args) -> int:
     from testbed import regress
     from testbed.scenario import load_scenario
     names = args.names or regress.suite()
-    for n in names:
-        load_scenario(n, args.set)  # bad input before anything runs
+    scenarios = {n: load_scenario(n, args.set) for n in names}  # bad input before anything runs
     table = Table(title="regression: " + " ".join(names) + (f" (with {' '.join(args.set)})" if args.set else ""))
     for col in ("scenario", "metric", "baseline / expected", "limit", "now", "verdict"):
         table.add_column(col, overflow="fold")
@@ -242,7 +241,7 @@ def cmd_regress(args) -> int:
             rows.append((e["metric"], f"{e['op']} {num(e['expected'])}", "", num(e["actual"]),
                          "ok" if e["ok"] else "regressed"))
         base = regress.load_baseline(n)
-        overrides = {t.metric: (t.rel, t.abs) for t in load_scenario(n, args.set).tolerance}
+        overrides = {t.metric: (t.rel, t.abs) for t in scenarios[n].tolerance}
         for c in regress.compare(s, base, overrides) if base else []:
             rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
         if s["status"] not in ("ok", "regressed"):

@@ -7,7 +7,6 @@ also when interrupted.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import subprocess
