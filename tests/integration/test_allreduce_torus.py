@@ -135,4 +135,11 @@ def test_report_tables_and_fidelity_verdict(small_run):
     assert len(host_ports) == 4 and (host_ports["bytes"] > 0.97 * 2 * 1.5 * 256 * 1024).all()
     fct = pd.read_parquet(run_dir / "fct.parquet")
     assert len(fct) == len(pd.read_parquet(run_dir / "messages.parquet"))
-    assert (fct["slowdown"] > 0.9).all() and fct["fct_ns"].notna().all()
+    # an emulated link runs ahead of its rate by at most its shaper's burst (a host that fell
+    # behind its pacing sends what it owes back to back, and the burst lets it through): a message
+    # beats its line-rate ideal by no more than that (measured: 0.59 ms, slowdown 0.89, here; at
+    # most 1.9 ms over 152 stored runs)
+    sc = json.loads((run_dir / "manifest.json").read_text())["scenario"]["fabric"]
+    burst_ns = sc["htb_burst_bytes"] * 8 / (sc["bw_mbps"] * 1e6) * 1e9
+    assert fct["fct_ns"].notna().all() and (fct["slowdown"] > 0).all()
+    assert (fct["fct_ns"] >= fct["ideal_fct_ns"] - burst_ns).all()
