@@ -182,6 +182,18 @@ def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
     return run_dir, analysis.analyze(run_dir)
 
 
+def _run_faithfully(name: str, sets: list[str]) -> tuple[Path, dict]:
+    """A run, and once more if the machine could not emulate it faithfully: the second is kept
+    either way (baseline and regress call it inconclusive if it fell behind too)."""
+    for attempt in (1, 2):
+        run_dir, summary = _run_and_analyze(name, sets)
+        if summary["fidelity"]["verdict"] == "kept_up":
+            break
+        console.print(f"[yellow]{name}: the emulation could not keep up ({'; '.join(summary['fidelity']['notes'])})"
+                      f"{', running it once more' if attempt == 1 else ''}[/]")
+    return run_dir, summary
+
+
 def cmd_baseline(args) -> int:
     from testbed import analysis, regress
     from testbed.scenario import load_scenario
@@ -190,14 +202,7 @@ def cmd_baseline(args) -> int:
         run_dir = _run_dir(args.run)
         summary = analysis.analyze(run_dir)
     else:
-        # like regress: a run the machine could not emulate faithfully is run once more
-        for attempt in (1, 2):
-            run_dir, summary = _run_and_analyze(args.name, [])
-            if summary["status"] != "ok" or summary["fidelity"]["verdict"] == "kept_up":
-                break
-            console.print(f"[yellow]{args.name}: the emulation could not keep up "
-                          f"({'; '.join(summary['fidelity']['notes'])})"
-                          f"{', running it once more' if attempt == 1 else ''}[/]")
+        run_dir, summary = _run_faithfully(args.name, [])
     if summary["scenario"] != args.name:
         raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {args.name}")
     if summary["status"] != "ok":
@@ -230,12 +235,7 @@ def cmd_regress(args) -> int:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
     verdicts, failed = {}, {}
     for n in names:
-        for attempt in (1, 2):
-            run_dir, s = _run_and_analyze(n, args.set)
-            if s["fidelity"]["verdict"] == "kept_up":
-                break
-            console.print(f"[yellow]{n}: the emulation could not keep up ({'; '.join(s['fidelity']['notes'])})"
-                          f"{', running it once more' if attempt == 1 else ''}[/]")
+        run_dir, s = _run_faithfully(n, args.set)
         rows = []
         for e in s["expectations"]:
             rows.append((e["metric"], f"{e['op']} {num(e['expected'])}", "", num(e["actual"]),
