@@ -6,10 +6,10 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf scenario analyze baseline regress bench test test-unit clean-state list
+.PHONY: setup host venv bpf nic scenario analyze baseline regress bench test test-unit clean-state list
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
-setup: host venv bpf
+setup: host venv bpf nic
 
 # The per-packet port program (ECN marking, buffer accounting): clang's BPF target; the
 # multiarch include dir holds the kernel UAPI headers' asm/ for this machine.
@@ -18,6 +18,13 @@ bpf: $(BPF_OBJ)
 $(BPF_OBJ): testbed/bpf/port_qos.bpf.c | host
 	@mkdir -p build
 	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) -c $< -o $@
+
+# The NIC data plane (testbed/nic/nicdp.c), loaded by the engine and the unit tests with ctypes.
+NIC_LIB := build/libnicdp.so
+nic: $(NIC_LIB)
+$(NIC_LIB): testbed/nic/nicdp.c | host
+	@mkdir -p build
+	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter -shared -fPIC -o $@ $< -lz
 
 host:
 	@bash tools/setup-host.sh
@@ -55,7 +62,7 @@ list: venv
 test: setup
 	$(PY) -m pytest -q -rs
 
-test-unit: venv
+test-unit: venv nic
 	$(PY) -m pytest -q tests/unit
 
 clean-state: venv

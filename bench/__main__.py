@@ -15,6 +15,10 @@ met it.
     bringup    4x4 torus and k=4, k=6, k=8 fat-trees: start to routes ready, and teardown to clean
     telemetry  sweeps per second over every k=4 port and the agent's CPU share (from the capacity
                run); PFC reaction from an XOFF crossing to the pause in force (incast-pfc)
+    flagship   allreduce-torus at its defaults, --runs times in a row on a quiet machine and as
+               many again beside a process that keeps 25% of one core busy: the valid share, and
+               in valid runs bound / measured, one-way latency p50 / minimum, machine busy, each
+               process's cores and the CPU per data packet
 """
 from __future__ import annotations
 
@@ -37,7 +41,9 @@ from testbed.packets import HEADER_BYTES
 from testbed.runstate import RunLock
 
 console = Console(width=None if sys.stdout.isatty() else 140)
-BENCHES = ("capacity", "collective", "agent", "bringup", "telemetry")
+BENCHES = ("capacity", "collective", "agent", "bringup", "telemetry", "flagship")
+# A user's VM is never idle: the flagship is also measured beside this much load on one core.
+BACKGROUND_CORE_SHARE = 0.25
 TRAFFIC_S = 1.0   # seconds of traffic at line rate per capacity run
 
 
@@ -51,7 +57,7 @@ def fidelity_row(s: dict) -> dict:
             "worst_link_share": lf.get("worst_share"), "all_links_share": lf.get("overall_share"),
             "machine_busy": f.get("machine_busy_fraction"),
             "cores": {k: round(v, 3) for k, v in f["cores_used"].items() if v is not None},
-            "engine_pacing_late": f.get("engine_pacing_late_fraction"),
+            "worst_host_idle_share": ((f.get("hosts") or {}).get("worst") or {}).get("idle_share"),
             "ovs_input_backlog_busy": _backlog_share(s)}
 
 
@@ -120,7 +126,6 @@ def agent(quick: bool) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-agent-"))
     rates = [1000e6, 2000e6, 3000e6, 4000e6] if not quick else [1000e6, 2000e6]
     with RunLock(f"bench-agent-{os.getpid()}", "bench: agent speed"), agent_speed.VethPair(work) as pair:
-        engine_pps = agent_speed.engine_sender_pps_per_core(pair, 300_000)
         scapy_pps = agent_speed.scapy_sendp_pps_per_core(pair, 20_000)
         runs = []
         for r in rates:
@@ -131,6 +136,7 @@ def agent(quick: bool) -> dict:
             if not agent_speed.lossless(res):
                 break
     good = [r for r in runs if agent_speed.lossless(r)]
+    engine_pps = max((r["pps"] / r["engine_cores"] for r in good if r["engine_cores"]), default=0.0)
     return {"sender_pps_per_core": engine_pps, "scapy_sendp_pps_per_core": scapy_pps,
             "sender_vs_scapy": engine_pps / scapy_pps,
             "lossless_mbps": max((r["rate_mbps"] for r in good), default=None),
@@ -155,6 +161,61 @@ def bringup(quick: bool) -> dict:
                       "run": str(run_dir), "status": s["status"]}
         log(f"bring-up {label}: routes ready {t.get('routes_ready'):.2f} s, teardown {t.get('teardown_s'):.2f} s")
     return out
+
+
+def flagship_row(run_dir: Path, s: dict) -> dict:
+    f, c = s["fidelity"], s["collective"]
+    lat = s["latency_us"]
+    eng = json.loads((run_dir / "raw" / "engine.json").read_text())
+    dur = (eng["end_ns"] - eng["start_ns"]) / 1e9
+    data = s["packets"]["sent"]
+    busy = f.get("machine_busy_fraction")
+    return {"run": str(run_dir), "valid": bool(f["valid"]), "notes": f["notes"], "status": s["status"],
+            "bound_ratio": c["bound_ratio"], "latency_p50_us": lat["p50"], "latency_min_us": lat["min"],
+            "latency_p50_over_min": lat["p50"] / lat["min"] if lat.get("min") else None,
+            "nic_wait_p50_us": s["nic_queueing"].get("wait_us_p50"),
+            "machine_busy": busy, "cores": {k: round(v, 3) for k, v in f["cores_used"].items() if v is not None},
+            "engine_cpu_us_per_data_packet": eng["cpu_s"] / data * 1e6 if data else None,
+            # every core's busy time over the traffic, per data packet: nothing hides in softirq
+            "stack_cpu_us_per_data_packet": busy * f["cpus"] * dur / data * 1e6 if data and busy else None,
+            "worst_host_idle_share": (f["hosts"]["worst"] or {}).get("idle_share")}
+
+
+def flagship_series(n: int, background: bool) -> dict:
+    rows = []
+    with agent_speed.Spinner(BACKGROUND_CORE_SHARE) if background else _nothing():
+        for i in range(n):
+            run_dir, s = scenarios.run_named("allreduce-torus", ["run.report=false"], log)
+            r = flagship_row(run_dir, s)
+            rows.append(r)
+            log(f"flagship {'beside 25% load ' if background else ''}{i + 1}/{n}: valid={r['valid']} "
+                f"ratio {r['bound_ratio']:.3f} p50/min {r['latency_p50_over_min'] or 0:.1f} "
+                f"busy {r['machine_busy'] or 0:.2f}")
+    valid = [r for r in rows if r["valid"]]
+
+    def span(key, rows=valid):
+        v = [r[key] for r in rows if r[key] is not None]
+        return [min(v), max(v)] if v else None
+    return {"runs": n, "valid": len(valid), "valid_share": len(valid) / n if n else None,
+            "valid_meeting_targets": sum(1 for r in valid if (r["bound_ratio"] or 0) >= 0.9
+                                         and (r["latency_p50_over_min"] or 99) <= 3),
+            "bound_ratio": span("bound_ratio"), "latency_p50_over_min": span("latency_p50_over_min"),
+            # the costs, over every run (a run that was not faithful cost the same)
+            "engine_cpu_us_per_data_packet": span("engine_cpu_us_per_data_packet", rows),
+            "stack_cpu_us_per_data_packet": span("stack_cpu_us_per_data_packet", rows),
+            "machine_busy": span("machine_busy", rows), "rows": rows}
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def flagship(n: int) -> dict:
+    return {"quiet": flagship_series(n, False), "background_25pct_core": flagship_series(n, True)}
 
 
 def telemetry(cap_k4: dict | None) -> dict:
@@ -192,9 +253,25 @@ def targets(res: dict) -> list[tuple]:
         rows.append((f"ring AllReduce {name} at {c['bw_mbps']:g} Mb/s: bound / measured",
                      f"{c['bound_ratio']:.3f}" if c["bound_ratio"] else "-", ">= 0.9",
                      (c["bound_ratio"] or 0) >= 0.9))
+    fl = res.get("flagship")
+    if fl:
+        q, bg = fl["quiet"], fl["background_25pct_core"]
+        rows.append(("allreduce-torus: valid runs, quiet machine", f"{q['valid']} of {q['runs']}",
+                     f">= {q['runs'] - q['runs'] // 20} of {q['runs']}", q["valid"] >= q["runs"] - q["runs"] // 20))
+        rows.append(("allreduce-torus: valid runs with bound >= 0.9 and latency p50 <= 3x min",
+                     f"{q['valid_meeting_targets']} of {q['valid']}", "all", q["valid"] > 0
+                     and q["valid_meeting_targets"] == q["valid"]))
+        e = q["engine_cpu_us_per_data_packet"]
+        rows.append(("allreduce-torus: data plane CPU per data packet (us)", f"{e[0]:.1f}-{e[1]:.1f}" if e else "-",
+                     "<= 2", bool(e) and e[1] <= 2))
+        st = q["stack_cpu_us_per_data_packet"]
+        rows.append(("allreduce-torus: whole stack CPU per data packet (us)", f"{st[0]:.1f}-{st[1]:.1f}" if st else "-",
+                     "<= 25 (half of 51)", bool(st) and st[1] <= 25))
+        rows.append(("allreduce-torus: valid runs beside 25% of a core of load", f"{bg['valid']} of {bg['runs']}",
+                     "(reported)", None))
     a = res.get("agent")
     if a:
-        rows.append(("engine sender / Scapy sendp, packets/s per core", f"{a['sender_vs_scapy']:.0f}x", ">= 50x",
+        rows.append(("data plane / Scapy sendp, packets/s per core", f"{a['sender_vs_scapy']:.0f}x", ">= 50x",
                      a["sender_vs_scapy"] >= 50))
         rows.append(("engine lossless rate, one queue pair, sender and receiver in one loop",
                      f"{a['lossless_mbps']} Mb/s", "(reported)", None))
@@ -229,6 +306,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
     p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     p.add_argument("--quick", action="store_true", help="fewer points (a smoke run of the suite)")
+    p.add_argument("--runs", type=int, default=20, help="flagship: consecutive runs per series")
     args = p.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
     unknown = set(only) - set(BENCHES)
@@ -262,6 +340,8 @@ def main(argv=None) -> int:
             res["bringup"] = bringup(args.quick)
         if "telemetry" in only:
             res["telemetry"] = telemetry((res.get("capacity") or {}).get("k4_4096"))
+        if "flagship" in only:
+            res["flagship"] = flagship(2 if args.quick else args.runs)
     except (InputError, RunFailed, Busy) as e:
         console.print(f"[bold red]bench failed[/]: {e}")
         res["error"] = str(e)

@@ -7,6 +7,7 @@
     qp_events.parquet   every NAK, go-back, timeout, CNP and DCQCN rate change, per queue pair
     iterations.parquet  one row per collective iteration: time, analytical bound, ratio
     latency.parquet     one-way latency distribution per (flow, DSCP), and per DSCP over all flows (flow -1)
+    nic_queues.parquet  every host NIC class's queue depth on a 1 ms grid (from the records)
     fct.parquet         every network message's completion time against the ideal, and the slowdown
     links.parquet       one row per switch egress port: bytes, utilisation, queue
     link_utilisation.parquet  per port and time bin: utilisation (the heat map's data)
@@ -34,13 +35,13 @@ from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import pfc_events, qos_summary
 from testbed.regress import check_expectations
 from testbed.scenario import Scenario
+from testbed.host_analysis import host_fidelity, nic_queue_series, nic_queues
 from testbed.transport_analysis import transport_summary
 from testbed.workload import pipeline_job
 
 SUMMARY_VERSION = 1
 NO_SINGLE_S = ("pipeline", "chakra", "simai")
 # Fidelity thresholds: the run says it could not keep up when any is crossed.
-MAX_PACING_LATE_FRACTION = 0.01
 MAX_MACHINE_BUSY_FRACTION = 0.97
 # Open vSwitch may lag for an instant; lagging this often means the fabric ran above its capacity.
 MAX_INPUT_BUSY_FRACTION = 0.05
@@ -64,9 +65,23 @@ def packet_table(raw: Path, messages: pd.DataFrame) -> pd.DataFrame:
         df[col] = df[col].astype("UInt8")
     df["accepted"] = df["accepted"].astype("boolean")
     df["retransmit"] = (df["flags"] & 1).astype(bool)
-    df["latency_ns"] = df["rx_ns"] - df["tx_ns"]
-    return df[["flow", "msg", "seq", "psn", "retransmit", "tx_ns", "rx_ns", "latency_ns", "bytes", "ecn", "dscp",
-               "accepted"]]
+    depart = df["depart_ns"].astype("Int64").where(df["depart_ns"] >= 0)
+    df["depart_ns"] = depart
+    # one-way latency from the wire: departure onto the host link to the kernel's arrival time;
+    # the wait in the sender's own NIC queue before that is NIC queueing, apart
+    df["latency_ns"] = df["rx_ns"] - depart
+    df["nic_queue_ns"] = depart - df["tx_ns"]
+    return df[["flow", "msg", "seq", "psn", "retransmit", "cls", "tx_ns", "depart_ns", "rx_ns", "latency_ns",
+               "nic_queue_ns", "bytes", "ecn", "dscp", "accepted"]]
+
+
+def add_wire_times(msgs: pd.DataFrame, pkts: pd.DataFrame) -> None:
+    """Each message's first departure onto its host link, its wait in the NIC before it, and its
+    FCT from the wire: first departure to the kernel's arrival time of its last packet."""
+    first = pkts[(pkts["seq"] == 0) & ~pkts["retransmit"]].groupby("msg")["depart_ns"].min()
+    msgs["first_depart_ns"] = first.reindex(msgs["msg"]).astype("Int64").to_numpy()
+    msgs["nic_wait_ns"] = msgs["first_depart_ns"] - msgs["release_ns"]
+    msgs["fct_ns"] = msgs["complete_ns"] - msgs["first_depart_ns"]
 
 
 def message_table(raw: Path) -> pd.DataFrame:
@@ -79,8 +94,8 @@ def message_table(raw: Path) -> pd.DataFrame:
         df[col] = df[col].where(df[col] > 0).astype("Int64")
     df["complete"] = (df["recv_packets"] >= df["packets"]) & df["complete_ns"].notna()
     df["duration_ns"] = df["complete_ns"] - df["release_ns"]
-    # flow completion as the sender's work completion sees it: release to the last byte acknowledged
-    df["fct_ns"] = df["acked_ns"] - df["release_ns"]
+    # the sender's work completion: release to the last byte acknowledged (the data plane's clock)
+    df["wc_ns"] = df["acked_ns"] - df["release_ns"]
     return df
 
 
@@ -218,6 +233,8 @@ def analyze(run_dir: Path) -> dict:
     engine = _read_json(raw / "engine.json")
     msgs = message_table(raw)
     pkts = packet_table(raw, msgs)
+    add_wire_times(msgs, pkts)
+    plan = _read_json(raw / "plan.json")
     n = len(manifest["ranks"])
     bw_bps = sc["fabric"]["bw_mbps"] * 1e6
     S = sc["workload"]["bytes_per_rank"]
@@ -262,8 +279,9 @@ def analyze(run_dir: Path) -> dict:
     duration_s = (engine["end_ns"] - engine["start_ns"]) / 1e9
     payload_delivered = int(msgs.loc[msgs["complete"], "bytes"].sum())
     cpu = manifest.get("cpu", {})
-    busy_hosts = max(1, len(engine["hosts"]))
-    pacing_late = sum(h["pacing_late_ns"] for h in engine["hosts"]) / 1e9 / max(duration_s * busy_hosts, 1e-9)
+    host_fid = host_fidelity(raw, pkts, plan, engine["start_ns"],
+                             link_analysis.pause_windows(pfc_events(raw), engine["end_ns"]))
+    _write(nic_queue_series(pkts, plan, engine["start_ns"], engine["end_ns"]), run_dir, "nic_queues", csv=False)
 
     complete_iters = iters[iters["complete"]]
     mean_t = float(complete_iters["time_s"].mean()) if len(complete_iters) else None
@@ -311,8 +329,15 @@ def analyze(run_dir: Path) -> dict:
         fidelity_notes.append(f"the emulator itself dropped frames while {lost} data packets were lost (inside "
                               f"Open vSwitch {ovs_dropped}, at its receive sockets {ovs_socket_drops}, at veths "
                               f"{link_drops})")
-    if pacing_late > MAX_PACING_LATE_FRACTION:
-        fidelity_notes.append(f"the engine fell behind its pacing for {pacing_late:.1%} of the time")
+    if not host_fid["valid"]:
+        w = host_fid["worst"]
+        fidelity_notes.append(
+            f"{len(host_fid['failing_hosts'])} of {host_fid['sending_hosts']} sending hosts' links idled with "
+            f"frames waiting in over {host_fid['max_idle_share']:.0%} of their busy "
+            f"{host_fid['interval_ms']:.0f} ms intervals, or drained below 90% of their rate while frames "
+            f"waited (worst {w['host']}: {w['idle_share']:.1%}, drain {w['drain_ratio'] or 1:.2f}; lead ran dry "
+            f"{w['lead_dry_ms']:.1f} ms, {w['late_departure_intervals']} intervals slow with frames waiting, "
+            f"rate-limited queue pairs behind {w['qp_behind_ms']:.1f} ms)")
     backlog = qos["ovs_input_backlog"] if qos else None
     if backlog and backlog["samples"] and backlog["busy_samples"] / backlog["samples"] > MAX_INPUT_BUSY_FRACTION:
         fidelity_notes.append(
@@ -347,7 +372,10 @@ def analyze(run_dir: Path) -> dict:
             "header_overhead_fraction": HEADER_BYTES / (HEADER_BYTES + sc["workload"]["payload_bytes"]),
         },
         "latency_us": {"p50": _pct(lat_us, 50), "p99": _pct(lat_us, 99),
-                       "max": float(lat_us.max()) if received else None},
+                       "min": float(lat_us.min()) if received else None,
+                       "max": float(lat_us.max()) if received else None,
+                       "definition": "departure onto the host link to arrival at the destination's kernel"},
+        "nic_queueing": nic_queues(pkts, plan),
         "goodput": {"payload_bytes_delivered": payload_delivered, "traffic_duration_s": duration_s,
                     "aggregate_mbps": payload_delivered * 8 / duration_s / 1e6 if duration_s > 0 else None},
         "packets": {"sent": sent, "received": received, "lost": sent - received,
@@ -372,8 +400,8 @@ def analyze(run_dir: Path) -> dict:
         "fidelity": {
             "verdict": "kept_up" if not fidelity_notes else "could_not_keep_up",
             "notes": fidelity_notes,
-            "engine_pacing_late_fraction": pacing_late,
-            # the scheduler's share in that: the engine's waits that ended over 1 ms late
+            "hosts": host_fid,
+            # the scheduler's share in that: the data plane's waits that ended over 1 ms late
             "engine_late_wakeups": {"count": engine.get("oversleeps"), "total_ms": engine.get("oversleep_ms"),
                                     "max_ms": engine.get("max_oversleep_ms"),
                                     "involuntary_switches": engine.get("involuntary_switches")},
@@ -424,7 +452,7 @@ def analyze(run_dir: Path) -> dict:
     tel = pd.read_parquet(run_dir / "queues.parquet") if (run_dir / "queues.parquet").exists() else None
     class_names = ({int(c): n for c, n in tel[["class", "class_name"]].drop_duplicates().itertuples(index=False)}
                    if tel is not None and not tel.empty else {})
-    tr, flows = transport_summary(run_dir, pkts, msgs, _read_json(raw / "plan.json"), engine, tel, class_names,
+    tr, flows = transport_summary(run_dir, pkts, msgs, plan, engine, tel, class_names,
                            summary["fidelity"]["cores_used"], duration_s)
     summary["transport"] = tr
     classes = class_of_dscp(sc.get("classes", []))

@@ -37,7 +37,7 @@ PROFILE = np.dtype([("limit_bytes", "<u4"), ("kmin_bytes", "<u4"), ("kmax_bytes"
 HIST = np.dtype([("ect", "<u8", (HIST_BUCKETS,)), ("marked", "<u8", (HIST_BUCKETS,))])
 MAPS = {"queues": (QUEUE, MAX_QUEUES), "profiles": (PROFILE, MAX_QUEUES), "hists": (HIST, MAX_QUEUES),
         "dscp_class": (np.dtype("<u8"), DSCP_MAP_ENTRIES)}
-PROGRAMS = ("port_enqueue", "port_dequeue", "host_enqueue")
+PROGRAMS = ("port_enqueue", "port_dequeue", "host_enqueue", "host_dequeue")
 
 
 class BpfUnavailable(RunFailed):

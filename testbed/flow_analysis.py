@@ -60,27 +60,31 @@ def class_latency(pkts: pd.DataFrame, classes: dict[int, str]) -> dict:
 
 
 def fct_table(msgs: pd.DataFrame, pkts: pd.DataFrame, flows: pd.DataFrame, bw_bps: float) -> pd.DataFrame:
-    """Every network message with its completion time against the ideal: its frames back to back at
-    line rate plus its flow's base RTT, taken as twice the least one-way latency any of that flow's
-    packets saw in this run (the path unloaded). Columns follow HPCC's fct.txt (sip dip sport dport
+    """Every network message with its completion time from the wire (its first departure onto the
+    host link to its last packet's arrival) against the ideal: its frames but the last back to back
+    at line rate, plus its flow's base one-way latency, the least any of that flow's packets saw in
+    this run (the path unloaded). A departure stamp marks the start of a frame's time on the wire,
+    so the last frame's own time is inside the one-way latency. Columns follow HPCC's fct.txt (sip dip sport dport
     size start fct standalone_fct), with names and units."""
     net = msgs[msgs["flow"] >= 0]
     if net.empty:
         return pd.DataFrame(columns=["msg", "src", "dst", "sport", "dport", "size_bytes", "start_ns", "fct_ns",
                                      "ideal_fct_ns", "slowdown", "tag", "dscp"])
     first = pkts[~pkts["retransmit"]]
-    wire = first.groupby("msg")["bytes"].sum()
+    wire = first.groupby("msg")["bytes"].sum() - first.sort_values("seq").groupby("msg")["bytes"].last()
     base_owd = pkts.groupby("flow")["latency_ns"].min().astype("float64")
     meta = flows.set_index("flow")
     out = pd.DataFrame({
         "msg": net["msg"].to_numpy(), "src": net["src"].to_numpy(), "dst": net["dst"].to_numpy(),
         "sport": meta["udp_sport"].reindex(net["flow"]).to_numpy() if "udp_sport" in meta else 0,
         "dport": ROCE_UDP_PORT, "size_bytes": net["bytes"].to_numpy(),
-        "start_ns": net["release_ns"].to_numpy(), "fct_ns": net["fct_ns"].astype("float64").to_numpy(),
+        "start_ns": net["first_depart_ns"].astype("float64").to_numpy(),
+        "fct_ns": net["fct_ns"].astype("float64").to_numpy(),
+        "nic_wait_ns": net["nic_wait_ns"].astype("float64").to_numpy(),
         "tag": net["tag"].to_numpy() if "tag" in net else "collective",
         "dscp": meta["dscp"].reindex(net["flow"]).to_numpy() if "dscp" in meta else 0})
     serial_ns = wire.reindex(net["msg"]).fillna(0).to_numpy(dtype="float64") * 8 / bw_bps * 1e9
-    out["ideal_fct_ns"] = serial_ns + 2 * base_owd.reindex(net["flow"]).fillna(0).to_numpy()
+    out["ideal_fct_ns"] = serial_ns + base_owd.reindex(net["flow"]).fillna(0).to_numpy()
     out["slowdown"] = out["fct_ns"] / out["ideal_fct_ns"]
     return out
 
@@ -92,6 +96,7 @@ def slowdown_summary(fct: pd.DataFrame) -> dict:
         v = s.to_numpy(dtype="float64")
         return {"messages": int(len(v)), "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
                 "p99": float(np.percentile(v, 99)), "max": float(v.max())} if len(v) else {"messages": 0}
-    return {"definition": "fct / (frames at line rate + 2 x the flow's least one-way latency)",
+    return {"definition": "fct (first departure to last arrival) / (all frames but the last at line rate + "
+                          "the flow's least one-way latency)",
             "all": stats(done["slowdown"]),
             "by_tag": {str(t): stats(g["slowdown"]) for t, g in done.groupby("tag")}}

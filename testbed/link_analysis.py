@@ -174,8 +174,13 @@ def link_table(series: list[PortSeries], rates_bps: dict[str, float], peers: dic
         if s.port not in rates_bps:
             continue
         inside = (s.t_ns >= start_ns) & (s.t_ns <= end_ns)
-        drained = s.drained_bytes[inside]
-        moved = float(drained[-1] - drained[0]) if len(drained) > 1 else 0.0
+        # the counters as they stood when the traffic started (the last sample before it, else
+        # nothing yet) and the first sample once it ended: a NIC's lead can reach a port within
+        # the telemetry's first millisecond
+        i0 = int(np.searchsorted(s.t_ns, start_ns, side="right")) - 1
+        i1 = min(int(np.searchsorted(s.t_ns, end_ns, side="left")), len(s.t_ns) - 1)
+        before = float(s.drained_bytes[i0]) if i0 >= 0 else 0.0
+        moved = float(s.drained_bytes[i1]) - before if len(s.t_ns) else 0.0
         rows.append({"port": s.port, "to": peers.get(s.port, ""), "rate_mbps": rates_bps[s.port] / 1e6,
                      "bytes": moved, "utilisation": moved * 8 / (rates_bps[s.port] * span_s),
                      "max_queue_bytes": float(s.depth_bytes.max()) if len(s.depth_bytes) else 0.0,

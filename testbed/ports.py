@@ -10,8 +10,10 @@ Every link end (switch port or host NIC) gets the same egress tree, one leaf per
                          (a bfifo when the scenario has no PFC: cheaper, nothing to pause)
 
 On switch ports the filter is port_enqueue (tail drop at the class buffer, ECN marking, queue
-accounting); on host NICs host_enqueue (classification only). Every link end also runs
-port_dequeue at clsact ingress, which closes the accounting of the queue at the other end.
+accounting); on host NICs host_enqueue (classification only). Every link end also runs a program
+at clsact ingress that closes the accounting of the queue at the other end: port_dequeue on
+switch ports, host_dequeue on host NICs, which also ends RoCE frames there (the NIC consumes them;
+the host's IP stack never sees them).
 Nobody else creates or deletes qdiscs; the switch agent only changes a leaf's TBF rate
 (pause/resume). Host NICs live in their host's namespace; a netlink socket opened there is
 kept for the run.
@@ -61,7 +63,8 @@ class PortConfig:
     bw_mbps: float
     mtu_bytes: int
     queue_limit_bytes: int
-    htb_burst_bytes: int
+    htb_burst_bytes: int      # switch ports
+    nic_burst_bytes: int      # host NICs: a NIC releases at most this back to back after idling
     offloads_off: bool
     layout: PortLayout
 
@@ -130,13 +133,14 @@ class PortManager:
         layout = c.layout
         for p in self.ports:
             link_bps = p.bw_mbps * 1e6
+            burst = c.htb_burst_bytes if p.is_switch else c.nic_burst_bytes
             p.ipr.tc("add", "htb", p.index, ROOT_HANDLE, default=leaf_minor(layout.default_class))
             p.ipr.tc("add-class", "htb", p.index, CLASS_HANDLE, parent=ROOT_HANDLE, rate=f"{link_bps:.0f}bit",
-                     burst=c.htb_burst_bytes, cburst=c.htb_burst_bytes, mtu=c.mtu_bytes + 14)
+                     burst=burst, cburst=burst, mtu=c.mtu_bytes + 14)
             for cls, hc in enumerate(layout.htb_classes(link_bps)):
                 p.ipr.tc("add-class", "htb", p.index, ROOT_HANDLE | hc.minor, parent=CLASS_HANDLE,
                          rate=f"{hc.rate_bps:.0f}bit", ceil=f"{hc.ceil_bps:.0f}bit", prio=hc.prio,
-                         quantum=hc.quantum_bytes, burst=c.htb_burst_bytes, cburst=c.htb_burst_bytes,
+                         quantum=hc.quantum_bytes, burst=burst, cburst=burst,
                          mtu=c.mtu_bytes + 14)
                 if layout.pausable:
                     p.ipr.tc("add", "tbf", p.index, leaf_handle(cls), parent=ROOT_HANDLE | hc.minor,
@@ -149,8 +153,9 @@ class PortManager:
             p.ipr.tc("add-filter", "bpf", p.index, ":1", fd=self.bpf.prog_fd[prog], name=prog,
                      parent=ROOT_HANDLE, classid=ROOT_HANDLE, direct_action=True)
             p.ipr.tc("add", "clsact", p.index)
-            p.ipr.tc("add-filter", "bpf", p.index, ":1", fd=self.bpf.prog_fd["port_dequeue"],
-                     name="port_dequeue", parent=CLSACT_INGRESS, direct_action=True)
+            ingress = "port_dequeue" if p.is_switch else "host_dequeue"
+            p.ipr.tc("add-filter", "bpf", p.index, ":1", fd=self.bpf.prog_fd[ingress],
+                     name=ingress, parent=CLSACT_INGRESS, direct_action=True)
             if p.is_switch:
                 self.bpf.set_port_slot(p.index, p.slot)
 

@@ -1,7 +1,12 @@
-"""Raw per-packet records written by the engine during a run, and their readers.
+"""Raw per-packet records written by the NIC data plane (testbed/nic/nicdp.c, whose packed
+structs these mirror) during a run, and their readers.
 
 Each file is a flat array of little-endian fixed-size records (numpy dtypes below), written
-in chunks as the run goes, so a crash loses at most one chunk.
+in buffered chunks as the run goes, so a crash loses at most one chunk.
+
+Times: tx_ns is when the data plane handed the frame to the host NIC's queue; depart_ns when
+the NIC's shaper released it onto the wire (its software TX timestamp; -1 if it never left, or
+its timestamp was lost); rx_ns when the destination's kernel received it.
 """
 from __future__ import annotations
 
@@ -10,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-TX = struct.Struct("<IIIqIB3x")      # msg, seq, psn, tx_ns, frame_bytes, flags (1: retransmission)
+TX = struct.Struct("<IIIqqIBB2x")    # msg, seq, psn, tx_ns, depart_ns, frame_bytes, flags (1: retx), NIC class
 RX = struct.Struct("<IIqqIBBB5x")    # msg, seq, tx_ns, rx_ns, frame_bytes, ecn, accepted, dscp
-TX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("psn", "<u4"), ("tx_ns", "<i8"),
-                     ("frame_bytes", "<u4"), ("flags", "u1"), ("_pad", "V3")])
+TX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("psn", "<u4"), ("tx_ns", "<i8"), ("depart_ns", "<i8"),
+                     ("frame_bytes", "<u4"), ("flags", "u1"), ("cls", "u1"), ("_pad", "V2")])
 RX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("tx_ns", "<i8"), ("rx_ns", "<i8"),
                      ("frame_bytes", "<u4"), ("ecn", "u1"), ("accepted", "u1"), ("dscp", "u1"),
                      ("_pad", "V5")])
@@ -72,3 +77,10 @@ NAK_SENT, NAK_RECEIVED, GO_BACK_NAK, GO_BACK_TIMEOUT, CNP_SENT, CNP_RECEIVED = 0
 QP_EVENT_NAMES = {NAK_SENT: "nak_sent", NAK_RECEIVED: "nak_received", GO_BACK_NAK: "go_back_nak",
                   GO_BACK_TIMEOUT: "go_back_timeout", CNP_SENT: "cnp_sent", CNP_RECEIVED: "cnp_received",
                   6: "rate_cut", 7: "rate_fast_recovery", 8: "rate_additive_increase", 9: "rate_hyper_increase"}
+
+# When a host NIC's link idled although it had frames to send (raw/nic_gaps.bin): kind 0, the
+# class's lead ran dry (flow -1); kind 1, a queue pair held back by its DCQCN rate was sent later
+# than that rate allows.
+NIC_GAP = np.dtype([("start_ns", "<i8"), ("end_ns", "<i8"), ("host", "<i4"), ("flow", "<i4"), ("cls", "u1"),
+                    ("kind", "u1"), ("_pad", "V6")])
+GAP_LEAD_DRY, GAP_QP_BEHIND = 0, 1

@@ -191,7 +191,7 @@ def blocks(s: dict, drawn: list[str]) -> list[tuple]:
                           f"{_num(lf.get('tolerance'), '{:.0%}')} of its rate (or one "
                           f"{_num(lf.get('frame_bytes'))} B frame)"),
             ("machine CPU idle", _num(fid.get("machine_cpu_idle_fraction"), "{:.0%}")),
-            ("engine pacing late", _num(fid.get("engine_pacing_late_fraction"), "{:.2%}"))]
+            ("worst sending host idle with work", _num((fid.get("hosts") or {}).get("worst", {}) and fid["hosts"]["worst"]["idle_share"], "{:.2%}"))]
     out.append(("table", ("", ""), rows))
     for note in fid["notes"]:
         out.append(("p", f"- {note}"))

@@ -25,7 +25,7 @@ from testbed.ports import PortConfig, leaf_minor
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.runstate import RunLock, RunRecord, clean_stale
 from testbed.scenario import Scenario, build_fabric
-from testbed.workload import build_messages, engine_plan
+from testbed.workload import build_messages, engine_plan, nic_lead_ns
 
 RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", probe.PROJECT_ROOT / "results"))
 MANIFEST_VERSION = 1
@@ -73,9 +73,15 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
                               f"routes, sends it to the switch agent, logs its reports and decisions",
                 "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
                 "offloads": "off on every veth" if datapath == "user" else "unchanged",
-                "traffic": "one engine process, AF_PACKET socket per host opened in its namespace, "
-                           "paced per host to the link rate"
-                           + (", and per queue pair to its DCQCN rate" if sc.transport.cc == "dcqcn" else ""),
+                "traffic": f"compiled NIC data plane (testbed/nic/nicdp.c) in one process; per host an AF_PACKET "
+                           f"socket per NIC class, opened in its namespace, batched I/O (sendmmsg/recvmmsg) "
+                           f"at most every {sc.transport.engine_batch_us:g} us; line rate from the host NIC's "
+                           f"HTB class (burst {sc.fabric.nic_burst_frames} frames), fed a lead of "
+                           f"{nic_lead_ns(sc) / 1e3:.0f} us of frames per class"
+                           + ("; each throttled queue pair paced to its DCQCN rate in the data plane"
+                              if sc.transport.cc == "dcqcn" else "")
+                           + f"; RC order per queue pair, {sc.transport.channels} queue pair(s) per host pair "
+                             f"and kind",
                 "transport": f"RoCE RC per queue pair: {sc.transport.reliability}"
                              + (", ICRC checked at the receiver" if sc.transport.verify_icrc else "")
                              + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), parameters "
@@ -88,7 +94,15 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
                            f"barrier-confirmed",
                 "ecmp": "OpenFlow 1.5 select groups, OVS hash over the 5-tuple" if sc.controller.routing == "ecmp"
                         else "none",
-                "timestamps": "CLOCK_MONOTONIC, shared by every namespace (one-way delay exact)",
+                "timestamps": "departure: the kernel's software TX timestamp (SO_TIMESTAMPING SCM_TSTAMP_SND), "
+                              "taken when the host NIC's qdisc hands the frame to the veth, i.e. as it starts "
+                              "onto the wire; arrival: the kernel's receive timestamp (SO_TIMESTAMPNS) on the "
+                              "destination's veth; handoff: the data plane's clock when it queued the frame. "
+                              "All CLOCK_REALTIME kernel stamps are mapped to CLOCK_MONOTONIC, shared by every "
+                              "namespace, with the offset read at each pass (adjustments between two reads are "
+                              "the error: none here). One-way latency = arrival - departure (wire and fabric, "
+                              "to within the softirq delay of each stamp, microseconds on this machine); NIC "
+                              "queueing = departure - handoff",
             },
             "ranks": ranks,
             "timings_s": {},
@@ -128,7 +142,9 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
     ctl.on_start = record.add_process
     ports = PortConfig(bw_mbps=sc.fabric.bw_mbps, mtu_bytes=sc.fabric.mtu_bytes,
                        queue_limit_bytes=sc.fabric.queue_limit_bytes,
-                       htb_burst_bytes=sc.fabric.htb_burst_bytes, offloads_off=(datapath == "user"),
+                       htb_burst_bytes=sc.fabric.htb_burst_bytes,
+                       nic_burst_bytes=sc.fabric.nic_burst_frames * qos.frame_bytes(sc),
+                       offloads_off=(datapath == "user"),
                        layout=qos.port_layout(sc))
     with ctl:
         ctl.wait_listening(timeout_s=30)

@@ -50,9 +50,12 @@ class FabricSpec:
     bw_mbps: float = spec(100.0, "rate of every (host) link, Mb/s", "float", 1.0, 10000.0)
     mtu_bytes: int = spec(9000, "MTU of every veth, bytes", "int", 1500, 9000)
     queue_limit_bytes: int = spec(262144, "default buffer of each class of every egress port, bytes", "bytes", 4096, 64 << 20)
-    htb_burst_bytes: int = spec(61440, "HTB burst and cburst of every shaped port, bytes: larger bursts "
+    htb_burst_bytes: int = spec(61440, "HTB burst and cburst of every shaped switch port, bytes: larger bursts "
                                 "cost less CPU but are coarser at sub-millisecond timescales", "bytes",
                                 1600, 1 << 20)
+    nic_burst_frames: int = spec(2, "HTB burst and cburst of every host NIC, in frames of workload.payload_bytes: "
+                                 "a NIC serialises at line rate, so after an idle period it releases no more "
+                                 "than this back to back", "int", 1, 256)
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,17 @@ class TransportSpec:
                    "CNPs for CE-marked packets, senders run DCQCN's rate machine and pace to its rate; "
                    "parameters in [dcqcn])", "str", choices=("none", "dcqcn"))
     verify_icrc: bool = spec(False, "receivers check every data packet's ICRC and drop bad ones, as a RoCE "
-                             "NIC does (about 1.5 us of engine CPU per 4 KB packet)", "bool")
+                             "NIC does (the receiver then copies whole frames instead of their headers)", "bool")
+    channels: int = spec(1, "queue pairs per (source, destination, traffic kind): messages between the same "
+                         "two hosts are spread over them in turn, as NCCL's channels are; each is in order",
+                         "int", 1, 64)
+    nic_lead_us: float = spec(5000.0, "frames the data plane keeps queued in each host NIC class, as time at "
+                              "the link rate, us: the kernel's shaper serialises them at line rate while the "
+                              "data plane is off the CPU (this machine keeps it off for 1-4 ms); within the "
+                              "class buffer", "float", 0.0, 1e6)
+    engine_batch_us: float = spec(200.0, "the data plane serves its sockets at most once per this interval, us: "
+                                  "a longer one costs less CPU per packet and delays reactions (ACKs, CNPs, "
+                                  "releasing a dependent message) by up to as much", "float", 0.0, 10000.0)
 
 
 @dataclass(frozen=True)

@@ -150,19 +150,30 @@ class ControllerLink:
         self.lost = False
 
     def receive(self, timeout_s: float | None) -> list[dict]:
-        """Complete messages waiting (or, with a timeout, the first to arrive within it)."""
+        """Complete messages waiting, or, with a timeout, every message complete within it (at
+        least the first: a policy for a k=8 fat-tree is over 160 KB and arrives in many reads)."""
         if self.lost:
             return []
-        self.sock.settimeout(timeout_s)
-        try:
-            chunk = self.sock.recv(1 << 20) if timeout_s is not None else self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
-            if not chunk:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                if deadline is None:
+                    # blocking mode, so that MSG_DONTWAIT alone decides (a socket timeout would
+                    # make Python wait for readability first)
+                    self.sock.settimeout(None)
+                    chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+                else:
+                    self.sock.settimeout(max(0.0, deadline - time.monotonic()))
+                    chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    self.lost = True
+                self.buf += chunk
+            except (BlockingIOError, socket.timeout):
+                pass
+            except OSError:
                 self.lost = True
-            self.buf += chunk
-        except (BlockingIOError, socket.timeout):
-            pass
-        except OSError:
-            self.lost = True
+            if deadline is None or self.lost or b"\n" in self.buf or time.monotonic() >= deadline:
+                break
         out = []
         while b"\n" in self.buf:
             line, self.buf = self.buf.split(b"\n", 1)

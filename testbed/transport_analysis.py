@@ -139,9 +139,10 @@ def transport_summary(run_dir: Path, pkts: pd.DataFrame, msgs: pd.DataFrame, pla
                       "tx_pps": (h["tx_packets"] + h["acks_tx"] + h.get("cnps_tx", 0)) / max(duration_s, 1e-9),
                       "rx_pps": (h["rx_packets"] + h["acks_rx"] + h.get("cnps_rx", 0)) / max(duration_s, 1e-9),
                       "receiver_socket_drops": h["socket_drops"], "icrc_errors": h.get("icrc_errors", 0),
-                      "nic_paused_ms": h["nic_full_ms"]})
+                      "nic_refused": h["nic_full"], "lead_dry_ms": h["lead_dry_ns"] / 1e6})
     engine_cores, ovs_cores = cores.get("engine"), cores.get("ovs-vswitchd")
     total_pps = sum(x["tx_pps"] + x["rx_pps"] for x in hosts)
+    data_packets = sum(h["tx_packets"] for h in engine["hosts"])
     summary = {
         "reliability": plan["transport"]["reliability"], "cc": plan["transport"]["cc"],
         "dcqcn": engine.get("dcqcn"),
@@ -162,6 +163,9 @@ def transport_summary(run_dir: Path, pkts: pd.DataFrame, msgs: pd.DataFrame, pla
         "agents": {"hosts": hosts, "engine_cores": engine_cores, "ovs_vswitchd_cores": ovs_cores,
                    "engine_to_ovs_cpu": engine_cores / ovs_cores if engine_cores and ovs_cores else None,
                    "packets_per_s": total_pps,
+                   # CPU per data packet sent (its receive and its share of ACKs and CNPs included)
+                   "engine_cpu_us_per_data_packet": engine["cpu_s"] / data_packets * 1e6 if data_packets else None,
+                   "data_plane_passes": engine.get("wakeups"),
                    "max_host_pps": max((x["tx_pps"] + x["rx_pps"] for x in hosts), default=0.0),
                    "receiver_socket_drops": int(sum(x["receiver_socket_drops"] for x in hosts))},
     }

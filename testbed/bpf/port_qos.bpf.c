@@ -17,9 +17,11 @@
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/in.h>
 #include <stddef.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#define ROCE_UDP_PORT 4791
 
 #define MAX_QUEUES 16384
 #define MAX_CLASSES 8
@@ -214,23 +216,49 @@ int port_enqueue(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-SEC("tc")
-int port_dequeue(struct __sk_buff *skb)
+static __always_inline void dequeued(struct __sk_buff *skb)
 {
 	__u32 tag = skb->cb[0];
 
 	if ((tag & TAG_MASK) != TAG)
-		return TC_ACT_OK;
+		return;
 	__u32 q = tag & ~TAG_MASK;
 	struct queue *st = bpf_map_lookup_elem(&queues, &q);
 	skb->cb[0] = 0;
 	if (!st)
-		return TC_ACT_OK;
+		return;
 	__u64 len = skb->len;
 	__sync_fetch_and_add(&st->depth_bytes, -len);
 	__sync_fetch_and_add(&st->deq_bytes, len);
 	__sync_fetch_and_add(&st->deq_pkts, 1);
+}
+
+SEC("tc")
+int port_dequeue(struct __sk_buff *skb)
+{
+	dequeued(skb);
 	return TC_ACT_OK;
+}
+
+/* A host NIC's ingress: the queue at the other end of the link is closed as at a switch port,
+ * and RoCEv2 frames (IPv4, UDP to 4791) end here, consumed by the NIC as a RoCE NIC consumes
+ * them: the data plane's packet socket has them already (it taps the device ahead of ingress),
+ * and the host's IP stack would only look up a UDP socket to drop them into. */
+SEC("tc")
+int host_dequeue(struct __sk_buff *skb)
+{
+	__u16 proto = 0, dport = 0;
+	__u8 vhl = 0, ipproto = 0;
+
+	dequeued(skb);
+	if (bpf_skb_load_bytes(skb, 12, &proto, 2) || proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &vhl, 1) || bpf_skb_load_bytes(skb, ETH_HLEN + 9, &ipproto, 1) ||
+	    ipproto != IPPROTO_UDP)
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + (vhl & 0xf) * 4 + 2, &dport, 2))
+		return TC_ACT_OK;
+	return dport == bpf_htons(ROCE_UDP_PORT) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -69,3 +69,20 @@ def test_collective_completes_after_a_link_on_its_ring_fails(tmp_path):
     # left counted (the agent reconciles with the kernel's backlog)
     agent = json.loads((run_dir / "raw" / "agent.json").read_text())
     assert all(q["depth_bytes"] == 0 for q in agent["queues_end"]), agent["queues_end"]
+
+
+def test_k8_fat_tree_starts_with_the_full_qos_stack(tmp_path):
+    # 128 hosts, 80 switches: the controller's port policy for 1,920 queues is over 160 KB and
+    # reaches the switch agent in many reads (it once gave up on the first partial one)
+    out = run_testbed(tmp_path, "run", "allreduce-fattree", "--set", "fabric.k=8", "--set", "fabric.bw_mbps=10",
+                      "--set", "workload.type=shift", "--set", "workload.shift=64",
+                      "--set", "workload.bytes_per_rank=64KiB", "--set", "workload.iterations=1",
+                      "--set", "qos.ecn=true", "--set", "transport.cc=dcqcn",
+                      "--set", "run.routes_ready_timeout_s=120", "--set", "run.report=false", timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    s = summary_of(run_dir)
+    assert s["status"] == "ok" and s["packets"]["lost"] == 0
+    plan = json.loads((run_dir / "raw" / "agent_plan.json").read_text())
+    assert len(plan["queues"]) == 1920
+    assert len(s["transport"]["agents"]["hosts"]) == 128

@@ -139,9 +139,10 @@ def test_controller_changes_the_policy_at_run_time(tmp_path):
     assert 0.25e9 <= changed["t_ns"] - started < 0.3e9
     agent = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
     (applied,) = [e for e in agent if e["event"] == "policy_applied" and e["kind"] == "update"]
-    # marks before the change, none after it took effect
+    # marks before the change, none after it took effect (the first sample after it may still
+    # count marks made between the last sample before it and the change itself)
     tel = pd.read_parquet(run_dir / "queues.parquet")
     port = tel[(tel["port"] == "leaf0-eth1") & (tel["class"] == 1)].sort_values("t_ns")
     before = port[port["t_ns"] <= applied["t_ns"]]["mark_pkts"].max()
     after = port[port["t_ns"] > applied["t_ns"] + 1_000_000]["mark_pkts"]
-    assert before > 0 and len(after) and (after == before).all()
+    assert before > 0 and len(after) and (after == after.iloc[0]).all()

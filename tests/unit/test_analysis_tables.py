@@ -17,14 +17,15 @@ T0 = 1_000_000_000
 @pytest.fixture
 def raw(tmp_path):
     """Two messages of one flow each: msg 0 (h0->h1, 2 packets, the second lost once and resent),
-    msg 1 (h1->h0, 1 packet, arrived twice)."""
+    msg 1 (h1->h0, 1 packet, arrived twice). Each frame: handed to the NIC (tx_ns), left it
+    (depart_ns), arrived (rx_ns)."""
     raw = tmp_path / "raw"
     raw.mkdir()
     tx = records.RecordWriter(raw / "tx.bin", records.TX)
-    tx.add(0, 0, 0, T0 + 0, 1000, 0)
-    tx.add(0, 1, 1, T0 + 100, 1000, 0)
-    tx.add(0, 1, 1, T0 + 5000, 1000, 1)        # the retransmission
-    tx.add(1, 0, 0, T0 + 200, 600, 0)
+    tx.add(0, 0, 0, T0 + 0, T0 + 50, 1000, 0, 1)
+    tx.add(0, 1, 1, T0 + 100, T0 + 150, 1000, 0, 1)
+    tx.add(0, 1, 1, T0 + 5000, T0 + 5100, 1000, 1, 1)        # the retransmission
+    tx.add(1, 0, 0, T0 + 200, T0 + 300, 600, 0, 2)
     tx.close()
     rx = records.RecordWriter(raw / "rx.bin", records.RX)
     rx.add(0, 0, T0 + 0, T0 + 400, 1000, 0, 1, 26)
@@ -54,11 +55,16 @@ CLASSES = class_of_dscp([{"name": "control", "dscp": [46, 48]}, {"name": "roce",
 def test_packets_and_messages_from_raw_files(raw):
     msgs = analysis.message_table(raw)
     assert list(msgs["complete"]) == [True, True]
-    assert list(msgs["duration_ns"]) == [5300, 700] and list(msgs["fct_ns"]) == [6000, 1300]
+    assert list(msgs["duration_ns"]) == [5300, 700] and list(msgs["wc_ns"]) == [6000, 1300]
     pkts = analysis.packet_table(raw, msgs)
+    analysis.add_wire_times(msgs, pkts)
+    # FCT from the wire: first departure to the last packet's arrival; the NIC wait before, apart
+    assert list(msgs["fct_ns"]) == [5250, 600] and list(msgs["nic_wait_ns"]) == [50, 100]
     assert len(pkts) == 4
     assert list(pkts["retransmit"]) == [False, False, True, False]
-    assert list(pkts["latency_ns"].astype("float64").fillna(-1)) == [400, -1, 300, 700]   # the first try was lost
+    # one-way latency from the departure, not the handoff; the first try of msg 0's packet 1 was lost
+    assert list(pkts["latency_ns"].astype("float64").fillna(-1)) == [350, -1, 200, 600]
+    assert list(pkts["nic_queue_ns"].astype("float64")) == [50, 50, 100, 100]
     assert list(pkts["flow"]) == [0, 0, 0, 1]
     assert int((pkts["ecn"] == 3).sum()) == 1
 
@@ -69,27 +75,29 @@ def test_latency_per_flow_and_per_class(raw):
     lat = latency_table(pkts, FLOWS, CLASSES)
     f0 = lat[(lat["flow"] == 0)].iloc[0]
     assert (f0["packets"], f0["class"], f0["src"]) == (2, "roce", "h0")
-    assert f0["p50_us"] == pytest.approx(0.35) and f0["max_us"] == pytest.approx(0.4)
+    assert f0["p50_us"] == pytest.approx(0.275) and f0["max_us"] == pytest.approx(0.35)
     per_class = lat[lat["flow"] == -1].set_index("class")
-    assert per_class.loc["bulk", "packets"] == 1 and per_class.loc["bulk", "p99_us"] == pytest.approx(0.7)
+    assert per_class.loc["bulk", "packets"] == 1 and per_class.loc["bulk", "p99_us"] == pytest.approx(0.6)
     by_class = class_latency(pkts, CLASSES)
-    assert set(by_class) == {"bulk", "roce"} and by_class["roce"]["min_us"] == pytest.approx(0.3)
+    assert set(by_class) == {"bulk", "roce"} and by_class["roce"]["min_us"] == pytest.approx(0.2)
 
 
 def test_message_completion_against_the_ideal(raw):
     msgs = analysis.message_table(raw)
     pkts = analysis.packet_table(raw, msgs)
+    analysis.add_wire_times(msgs, pkts)
     bw = 8e9   # a byte per ns
     fct = fct_table(msgs, pkts, FLOWS, bw).set_index("msg")
-    # msg 0: two first transmissions of 1000 B = 2000 ns at line rate, plus twice flow 0's least
-    # one-way latency (300 ns): ideal 2600 ns, FCT 6000 ns
-    assert fct.loc[0, "ideal_fct_ns"] == pytest.approx(2600)
-    assert fct.loc[0, "slowdown"] == pytest.approx(6000 / 2600)
+    # msg 0: its first frame of 1000 B at line rate (1000 ns; the last frame's own time is in the
+    # one-way latency) plus flow 0's least one-way latency (200 ns): ideal 1200 ns, FCT 5250 ns
+    assert fct.loc[0, "ideal_fct_ns"] == pytest.approx(1200)
+    assert fct.loc[0, "slowdown"] == pytest.approx(5250 / 1200)
     assert (fct.loc[0, "sport"], fct.loc[0, "dport"], fct.loc[0, "size_bytes"]) == (49152, 4791, 1800)
-    # msg 1: 600 ns + 2 x 700 ns
-    assert fct.loc[1, "ideal_fct_ns"] == pytest.approx(2000) and fct.loc[1, "slowdown"] == pytest.approx(0.65)
+    assert fct.loc[0, "nic_wait_ns"] == 50 and fct.loc[0, "start_ns"] == T0 + 50
+    # msg 1, one frame: its one-way latency (600 ns) is the whole of it
+    assert fct.loc[1, "ideal_fct_ns"] == pytest.approx(600) and fct.loc[1, "slowdown"] == pytest.approx(1.0)
     sd = slowdown_summary(fct.reset_index())
-    assert sd["by_tag"]["collective"]["messages"] == 1 and sd["all"]["max"] == pytest.approx(6000 / 2600)
+    assert sd["by_tag"]["collective"]["messages"] == 1 and sd["all"]["max"] == pytest.approx(5250 / 1200)
 
 
 def test_class_of_dscp_gives_unnamed_dscps_to_the_default_class():
@@ -108,7 +116,7 @@ def test_report_says_invalid_fidelity_first_and_renders_both_formats(tmp_path):
          "problems": [], "expectations": [{"metric": "packets.lost", "op": "==", "expected": 0, "actual": 0,
                                            "ok": True}],
          "fidelity": {"verdict": "could_not_keep_up", "valid": False, "notes": ["1 of 2 busy links drained ..."],
-                      "machine_cpu_idle_fraction": 0.1, "engine_pacing_late_fraction": 0.0,
+                      "machine_cpu_idle_fraction": 0.1,
                       "links": {"busy_links": 2, "worst_share": 0.9, "overall_share": 0.95, "min_share": 0.99,
                                 "interval_ms": 1.0, "tolerance": 0.1, "frame_bytes": 4154,
                                 "links": [{"port": "s0-eth1", "rate_mbps": 100.0, "backlogged_intervals": 10,

@@ -44,7 +44,7 @@ def test_targets_say_met_or_not():
     rows = {r[0]: r for r in targets(res)}
     assert rows["k=4 fat-tree, every host across the core, full stack, fidelity valid (4 KB frames)"][3] is False
     assert rows["k=8 fat-tree, all 128 hosts (4 KB frames)"][1] == "None Mb/s"
-    assert rows["engine sender / Scapy sendp, packets/s per core"][3] is True
+    assert rows["data plane / Scapy sendp, packets/s per core"][3] is True
     assert rows["fat-tree k=4: start to routes ready / teardown"][3] is True
     assert rows["telemetry over every k=4 port: sweeps/s / agent cores"][3] is True
     assert rows["PFC reaction, XOFF crossing to pause in force, p50 / p99"][3] is True

@@ -1,12 +1,13 @@
-"""DCQCN's reaction point (testbed.transport.Dcqcn) against the algorithm as published, and the
-parameter scaling to an emulated link."""
+"""DCQCN's reaction point, the data plane's own (nicdp.c through testbed.nic.Dcqcn), against the
+algorithm as HPCC's rdma-hw.cc runs it (shared/REFERENCE.md), and the parameter scaling to an
+emulated link."""
 import dataclasses
 
 import pytest
 
 from testbed.scenario import DcqcnSpec
-from testbed.transport import (RATE_ADDITIVE, RATE_CUT, RATE_FAST_RECOVERY, RATE_HYPER, Dcqcn,
-                               dcqcn_params)
+from testbed.nic import Dcqcn
+from testbed.transport import RATE_ADDITIVE, RATE_CUT, RATE_FAST_RECOVERY, RATE_HYPER, dcqcn_params
 
 LINE = 100e6
 
@@ -33,7 +34,8 @@ def test_first_cnp_halves_the_rate_and_fast_recovery_returns_halfway_each_period
     assert d.rate == pytest.approx(LINE / 2) and d.target == LINE and d.alpha == 1.0
     assert [k for _, k, *_ in d.log] == [RATE_CUT]
     t = 1000
-    for i in range(1, p["fast_recovery_rounds"]):
+    # Reference: stages 0..F-1 are fast recovery, so F increase events move halfway to the target
+    for i in range(1, p["fast_recovery_rounds"] + 1):
         t += p["rate_increase_timer_ns"]
         d.advance(t)
         assert d.log[-1][1] == RATE_FAST_RECOVERY
@@ -56,9 +58,12 @@ def test_increase_goes_fast_then_additive_then_hyper_and_rests_at_line_rate():
         kinds += [k for _, k, *_ in d.log]
         d.log.clear()
     f = p["fast_recovery_rounds"]
-    assert kinds[:f - 1] == [RATE_FAST_RECOVERY] * (f - 1)
-    assert kinds[f - 1] == RATE_ADDITIVE
-    assert kinds[f:] and set(kinds[f:]) == {RATE_HYPER}
+    assert f == 5
+    # HPCC's RateIncEventMlx compares the stage before it moves: F rounds of fast recovery, the
+    # (F+1)-th event is additive, every later one hyper
+    assert kinds[:f] == [RATE_FAST_RECOVERY] * f
+    assert kinds[f] == RATE_ADDITIVE
+    assert kinds[f + 1:] and set(kinds[f + 1:]) == {RATE_HYPER}
     assert d.rate == d.target == LINE
 
 

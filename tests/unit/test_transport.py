@@ -2,7 +2,8 @@ import random
 
 import pytest
 
-from testbed.transport import AETH_ACK, AETH_NAK_SEQ, PSN_MOD, ReceiverFlow, SenderFlow, unwrap
+"""Go-back-N as the data plane runs it: nicdp.c's state machines, driven through testbed.nic."""
+from testbed.nic import AETH_ACK, AETH_NAK_SEQ, PSN_MOD, Receiver, Sender, unwrap
 
 
 def test_unwrap_handles_24_bit_wraparound():
@@ -14,18 +15,18 @@ def test_unwrap_handles_24_bit_wraparound():
 def run_link(n_packets, loss, seed, ack_every=4, rto_ns=1000, start_psn=0):
     """Drive a sender and a receiver over a lossy in-order link until everything is delivered."""
     rng = random.Random(seed)
-    tx, rx = SenderFlow(), ReceiverFlow(ack_every)
-    tx.next_psn = rx.expected = start_psn
+    tx, rx = Sender(start_psn), Receiver(ack_every, start_psn)
     delivered, now, new = [], 0, 0
     for _ in range(100_000):
         now += 10
-        if tx.resend:
-            psn, msg, seq = tx.resend.popleft()
+        psn = tx.next_resend()
+        if psn is not None:
+            seq = psn - start_psn
         elif new < n_packets:
-            psn, msg, seq = tx.sent_new(0, new, now), 0, new
+            psn, seq = tx.sent_new(now), new
             new += 1
         else:
-            if not tx.unacked:
+            if not tx.outstanding:
                 break
             tx.timed_out(now, rto_ns)
             continue
@@ -44,33 +45,36 @@ def run_link(n_packets, loss, seed, ack_every=4, rto_ns=1000, start_psn=0):
 def test_every_packet_delivered_once_in_order_despite_loss(loss, seed):
     tx, rx, delivered = run_link(500, loss, seed)
     assert delivered == list(range(500))
-    assert not tx.unacked
+    assert not tx.outstanding
     if loss == 0:
         assert tx.retransmitted == 0 and rx.out_of_order == 0
 
 
 def test_works_across_the_psn_wraparound():
     tx, rx, delivered = run_link(300, 0.05, 1, start_psn=PSN_MOD - 100)
-    assert delivered == list(range(300)) and not tx.unacked
+    assert delivered == list(range(300)) and not tx.outstanding
 
 
 def test_one_nak_per_gap_then_go_back():
-    tx, rx = SenderFlow(), ReceiverFlow(ack_every=100)
-    for seq in range(5):
-        tx.sent_new(0, seq, 0)
+    tx, rx = Sender(), Receiver(ack_every=100)
+    for _ in range(5):
+        tx.sent_new(0)
     assert rx.received(0, False) == (True, None, 0)
     assert rx.received(2, False) == (False, AETH_NAK_SEQ, 1)   # 1 was lost
     assert rx.received(3, False) == (False, None, 0)            # no NAK storm
     tx.nacked(1, 5)
-    assert [p for p, _, _ in tx.resend] == [1, 2, 3, 4] and [p for p, _, _ in tx.unacked] == [1, 2, 3, 4]
+    assert tx.to_resend == [1, 2, 3, 4] and tx.outstanding == [1, 2, 3, 4]
+    tx.nacked(1, 6)                                             # the same NAK again: no second go-back
+    assert tx.retransmitted == 4
     assert rx.received(1, False) == (True, None, 0)
     assert rx.received(1, False) == (False, AETH_ACK, 1)        # duplicate: re-ACK
 
 
 def test_timeout_goes_back_to_the_oldest_unacked():
-    tx = SenderFlow()
-    for seq in range(3):
-        tx.sent_new(0, seq, 0)
+    tx = Sender()
+    for _ in range(3):
+        tx.sent_new(0)
     assert not tx.timed_out(50, 100)
     assert tx.timed_out(101, 100)
-    assert [p for p, _, _ in tx.resend] == [0, 1, 2] and tx.timeouts == 1
+    assert tx.to_resend == [0, 1, 2] and tx.timeouts == 1
+    assert not tx.timed_out(1000, 100)                          # going back already: no second timeout
