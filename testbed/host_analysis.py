@@ -67,6 +67,11 @@ def slow_intervals(mine: pd.DataFrame, bw_bps: float, t0: int, tolerance: float 
     return set((np.nonzero(slow)[0] + b0).tolist()), ratio
 
 
+def _sender_of(pkts: pd.DataFrame, plan: dict) -> pd.Series:
+    """The sending host of each packet, by its flow."""
+    return pkts["flow"].map({f["id"]: f["src"] for f in plan["flows"]})
+
+
 def _read_gaps(raw: Path) -> np.ndarray:
     path = raw / "nic_gaps.bin"
     return records.read(path, records.NIC_GAP) if path.exists() else np.zeros(0, records.NIC_GAP)
@@ -91,10 +96,9 @@ def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
     busy intervals). An interval in which PFC paused any class of the host's NIC is not judged: a
     paused NIC holds its frames by design."""
     pauses = pauses or {}
-    host_of_flow = {f["id"]: f["src"] for f in plan["flows"]}
     hosts = [h["name"] for h in plan["hosts"]]
     gaps = _read_gaps(raw)
-    src = pkts["flow"].map(host_of_flow)
+    src = _sender_of(pkts, plan)
     out = []
     for hi, name in enumerate(hosts):
         mine = pkts[src == name]
@@ -135,13 +139,12 @@ def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
 def nic_queues(pkts: pd.DataFrame, plan: dict) -> dict:
     """The host NICs' queueing: per host and class, the time frames waited in the NIC's queue
     (handoff to departure: the lead, priority and pause) and its depth when each frame arrived."""
-    host_of_flow = {f["id"]: f["src"] for f in plan["flows"]}
     timed = pkts[pkts["depart_ns"] >= 0]
     if timed.empty:
         return {"frames": 0}
     wait_us = (timed["depart_ns"] - timed["tx_ns"]).astype("float64") / 1e3
     rows = []
-    for (flow_host, cls), g in timed.assign(host=timed["flow"].map(host_of_flow)).groupby(["host", "cls"]):
+    for (flow_host, cls), g in timed.assign(host=_sender_of(timed, plan)).groupby(["host", "cls"]):
         t_in, t_out, size = g["tx_ns"].to_numpy(), g["depart_ns"].to_numpy(), g["bytes"].to_numpy()
         order = np.argsort(t_out, kind="stable")
         left = np.cumsum(size[order])                      # bytes departed up to each departure
@@ -162,11 +165,10 @@ def nic_queues(pkts: pd.DataFrame, plan: dict) -> dict:
 def nic_queue_series(pkts: pd.DataFrame, plan: dict, start_ns: int, end_ns: int) -> pd.DataFrame:
     """Every host NIC class's queue depth on the switch telemetry's 1 ms grid, exact from the
     records: bytes handed to it by then less bytes that had left by then."""
-    host_of_flow = {f["id"]: f["src"] for f in plan["flows"]}
     grid = np.arange(start_ns, end_ns, INTERVAL_NS, dtype="int64")
     timed = pkts[pkts["depart_ns"].notna()]
     out = []
-    for (host, cls), g in timed.assign(host=timed["flow"].map(host_of_flow)).groupby(["host", "cls"]):
+    for (host, cls), g in timed.assign(host=_sender_of(timed, plan)).groupby(["host", "cls"]):
         size = g["bytes"].to_numpy(dtype="int64")
         t_in, t_out = g["tx_ns"].to_numpy(dtype="int64"), g["depart_ns"].to_numpy(dtype="int64")
         o_in, o_out = np.argsort(t_in, kind="stable"), np.argsort(t_out, kind="stable")

@@ -670,7 +670,7 @@ static void release(engine *E, int32_t m, int64_t now) {
 
 /* ---- sending ----------------------------------------------------------------------------- */
 
-static int flow_has_work(engine *E, flow_t *f) { return gbn_resending(&f->tx) || f->head < f->tail; (void)E; }
+static int flow_has_work(engine *E, flow_t *f) { return gbn_resending(&f->tx) || f->head < f->tail; }
 
 /* The fifo slot of the message holding PSN psn (it is in flight: between acked_at and head). */
 static int32_t slot_of_psn(engine *E, flow_t *f, int64_t psn) {
@@ -694,8 +694,7 @@ static int stage_frame(engine *E, int flow, nic_class *c, int64_t now) {
         retx = 1;
     } else {
         slot = f->head;
-        int32_t m = f->fifo[slot];
-        seq = (int32_t)E->R->sent_packets[m];
+        seq = (int32_t)E->R->sent_packets[f->fifo[slot]];
         if (seq == 0) f->start_psn[slot] = f->tx.next;
         psn = gbn_sent_new(&f->tx, now);
         retx = 0;
@@ -853,6 +852,18 @@ static int64_t fill_class(engine *E, host_t *h, int hi, nic_class *c, int64_t no
 
 /* ---- departures: TX timestamps from each class socket's error queue ------------------------ */
 
+/* A frame leaves the NIC's table: its record (depart_ns -1 when its departure was never seen:
+ * dropped after the qdisc took it, or still queued at the end), and its bytes off the lead. */
+static void retire(engine *E, host_t *h, nic_class *c, pending_tx *pt, int64_t dep) {
+    tx_rec r = {pt->msg, pt->seq, pt->psn, pt->tx_ns, dep, pt->frame_bytes, pt->flags, (uint8_t)(c - h->cls), {0, 0}};
+    fwrite(&r, sizeof r, 1, E->ftx);
+    E->R->tx_records++;
+    c->queued_bytes -= pt->frame_bytes;
+    if (dep < 0) E->R->untimed_departures++;
+    else c->last_depart_end_ns = dep + (int64_t)(pt->frame_bytes * 8e9 / h->bw_bps);
+    pt->frame_bytes = 0;
+}
+
 static int drain_departures(engine *E, host_t *h, int hi, nic_class *c) {
     struct mmsghdr mm[BATCH];
     char ctrl[BATCH][256];
@@ -890,25 +901,11 @@ static int drain_departures(engine *E, host_t *h, int hi, nic_class *c) {
             while ((int32_t)(key - c->done_key) > 0) {
                 pending_tx *lost = &c->pend[c->done_key & (PEND_SIZE - 1)];
                 if ((int32_t)(c->next_key - c->done_key) <= 0) break;
-                if (lost->frame_bytes) {
-                    tx_rec r = {lost->msg, lost->seq, lost->psn, lost->tx_ns, -1, lost->frame_bytes, lost->flags, (uint8_t)(c - h->cls), {0, 0}};
-                    fwrite(&r, sizeof r, 1, E->ftx);
-                    E->R->tx_records++;
-                    E->R->untimed_departures++;
-                    c->queued_bytes -= lost->frame_bytes;
-                    lost->frame_bytes = 0;
-                }
+                if (lost->frame_bytes) retire(E, h, c, lost, -1);
                 c->done_key++;
             }
             if (key != c->done_key) continue;  /* a stale key */
-            pending_tx *pt = &c->pend[key & (PEND_SIZE - 1)];
-            int64_t dep = ts - E->clock_off;
-            tx_rec r = {pt->msg, pt->seq, pt->psn, pt->tx_ns, dep, pt->frame_bytes, pt->flags, (uint8_t)(c - h->cls), {0, 0}};
-            fwrite(&r, sizeof r, 1, E->ftx);
-            E->R->tx_records++;
-            c->queued_bytes -= pt->frame_bytes;
-            c->last_depart_end_ns = dep + (int64_t)(pt->frame_bytes * 8e9 / h->bw_bps);
-            pt->frame_bytes = 0;
+            retire(E, h, c, &c->pend[key & (PEND_SIZE - 1)], ts - E->clock_off);
             c->done_key++;
         }
         if (n < BATCH) return 0;
@@ -1348,11 +1345,7 @@ done:
             if (c->next_key != c->done_key) drain_departures(E, h, i, c);
             for (; c->done_key != c->next_key; c->done_key++) {
                 pending_tx *pt = &c->pend[c->done_key & (PEND_SIZE - 1)];
-                if (!pt->frame_bytes) continue;
-                tx_rec r = {pt->msg, pt->seq, pt->psn, pt->tx_ns, -1, pt->frame_bytes, pt->flags, (uint8_t)h->cls_used[u], {0, 0}};
-                fwrite(&r, sizeof r, 1, E->ftx);
-                R->tx_records++;
-                R->untimed_departures++;
+                if (pt->frame_bytes) retire(E, h, c, pt, -1);
             }
         }
     }
