@@ -4,9 +4,10 @@
 set -euo pipefail
 
 # clang and libbpf-dev build the port BPF program; libbpf1 loads it; tshark decodes captures (tests);
-# gcc and zlib1g-dev build the NIC data plane (its ICRC is zlib's CRC-32).
+# gcc and zlib1g-dev build the NIC data plane (its ICRC is zlib's CRC-32); libjemalloc2 is the
+# allocator of the run's own ovs-vswitchd (testbed/ovs_daemon.py says why).
 DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump tshark python3-venv python3-pip procps
-             clang libbpf-dev libbpf1 gcc zlib1g-dev)
+             clang libbpf-dev libbpf1 gcc zlib1g-dev libjemalloc2)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -37,6 +38,9 @@ raise net.core.wmem_max 134217728
 raise net.core.rmem_default 4194304
 raise net.core.rmem_max 4194304
 
+# The system's Open vSwitch: a run uses it only where the kernel has OVS's datapath (elsewhere
+# each run starts and owns its own daemon); the integration tests also keep a bridge of their own
+# on it, to check that a run never touches what it did not create.
 if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
   echo "setup: starting Open vSwitch"
   /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
