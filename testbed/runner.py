@@ -117,7 +117,6 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
              for m in messages]))
         try:
             with ovs:
-                manifest["mechanisms"]["datapath"] = ovs.mechanism  # the allocator is known once started
                 _emulate(sc, fabric, messages, run_dir, record, ovs, manifest, log)
         except BaseException as e:  # the run folder says why it ended, whatever ended it
             manifest["error"] = f"{type(e).__name__}: {e}"

@@ -4,10 +4,9 @@
 set -euo pipefail
 
 # clang and libbpf-dev build the port BPF program; libbpf1 loads it; tshark decodes captures (tests);
-# gcc and zlib1g-dev build the NIC data plane (its ICRC is zlib's CRC-32); libjemalloc2 is the
-# allocator of the run's own ovs-vswitchd (testbed/ovs_daemon.py says why).
+# gcc and zlib1g-dev build the NIC data plane (its ICRC is zlib's CRC-32).
 DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump tshark python3-venv python3-pip procps
-             clang libbpf-dev libbpf1 gcc zlib1g-dev libjemalloc2)
+             clang libbpf-dev libbpf1 gcc zlib1g-dev)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
