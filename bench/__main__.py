@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     res = {"bench_version": 1, "started_utc": stamp, "machine": probe.machine(), "versions": probe.versions(),
            "git_commit": probe.git_commit(),
-           "datapath": "ovs-kernel" if probe.choose_datapath() == "kernel" else "ovs-userspace (dpif-netdev, the run's own ovs-vswitchd)"}
+           "datapath": "ovs-kernel" if probe.choose_datapath() == "kernel" else "ovs-userspace (netdev)"}
     t0 = time.monotonic()
     try:
         if "capacity" in only:

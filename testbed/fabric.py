@@ -2,8 +2,7 @@
 
 A context manager: entering builds, starts and configures the net (switches connect to the
 controller at 127.0.0.1); leaving stops it and deletes exactly the bridges and veths it made,
-also when interrupted. Mininet makes the hosts and links; the bridges are made here, in one
-ovs-vsctl transaction on the run's Open vSwitch (testbed.ovs_daemon), from the fabric's data.
+also when interrupted.
 """
 from __future__ import annotations
 
@@ -12,38 +11,27 @@ import os
 import signal
 import subprocess
 import time
+from functools import partial
 
 from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from mininet.node import RemoteController, Switch
+from mininet.node import OVSSwitch, RemoteController
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import RunFailed
 from testbed.mininet_topo import to_mininet_topo
-from testbed.ovs_daemon import OvsDaemon
 from testbed.ports import PortConfig, PortManager
 from testbed.runstate import RunRecord, existing_bridges, wait_for_inflight_commands
 from topologies.model import Fabric
 
 
-class FabricSwitch(Switch):
-    """A switch node for Mininet (its shell, its links' root-namespace ends); its bridge is made
-    by EmulatedFabric on the run's own Open vSwitch, not by Mininet's ovs-vsctl shell strings."""
-
-    def start(self, controllers) -> None:
-        pass
-
-    def stop(self, deleteIntfs: bool = False) -> None:
-        pass
-
-
 class EmulatedFabric:
-    def __init__(self, fabric: Fabric, ports: PortConfig, controller_port: int, ovs: OvsDaemon,
+    def __init__(self, fabric: Fabric, ports: PortConfig, controller_port: int, datapath: str,
                  record: RunRecord):
         self.fabric, self.port_config, self.controller_port = fabric, ports, controller_port
-        self.ovs, self.record = ovs, record
+        self.datapath, self.record = datapath, record
         self.net: Mininet | None = None
         self.ports = PortManager(ports)
         self.timings: dict[str, float] = {}
@@ -54,9 +42,8 @@ class EmulatedFabric:
         return [ifname for node, ifname in self.fabric.interfaces() if node in self.fabric.switch_by_name]
 
     def _check_names_free(self) -> None:
-        """A same-named bridge of the system's daemon (when the run uses it) or a same-named
-        interface is somebody else's: refuse instead of replacing it."""
-        taken = [] if self.ovs.private else sorted(existing_bridges() & set(self.fabric.switch_by_name))
+        """Mininet's OVSSwitch deletes a same-named bridge before adding its own: refuse instead."""
+        taken = sorted(existing_bridges() & set(self.fabric.switch_by_name))
         if taken:
             raise RunFailed(f"Open vSwitch bridges {', '.join(taken[:5])} already exist and were not made by "
                             f"this run; the testbed will not touch them (rename or remove them first)")
@@ -69,13 +56,16 @@ class EmulatedFabric:
         setLogLevel("error")
         self._check_names_free()
         t0 = time.monotonic()
-        # Recorded before creation: a run killed half-way still has them on its list. A private
-        # daemon's bridges go with it, so only the system's are recorded.
-        if not self.ovs.private:
-            self.record.add_bridges(sorted(self.fabric.switch_by_name))
+        # Recorded before creation: a run killed half-way still has them on its list.
+        self.record.add_bridges(sorted(self.fabric.switch_by_name))
         self.record.add_interfaces(self._root_interfaces())
         try:
-            self.net = Mininet(topo=to_mininet_topo(self.fabric), switch=FabricSwitch, controller=None, link=Link,
+            # OpenFlow 1.5 for select groups that hash the 5-tuple; 1.3 stays available to other apps.
+            # batch: one ovs-vsctl transaction creates every bridge (80 separate ones took 10.5 s
+            # of a k=8 fat-tree's bring-up, measured)
+            switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13,OpenFlow15",
+                             failMode="secure", batch=True)
+            self.net = Mininet(topo=to_mininet_topo(self.fabric), switch=switch, controller=None, link=Link,
                                autoSetMacs=False, autoStaticArp=False, build=False)
             self.net.addController(RemoteController("c0", ip="127.0.0.1", port=self.controller_port))
             self.net.build()
@@ -83,7 +73,6 @@ class EmulatedFabric:
                 self.record.add_process(node.pid)
                 self._host_pids.append((node.pid, node.name))
             self.net.start()
-            self._add_bridges()
             self.timings["net_start_s"] = time.monotonic() - t0
             t1 = time.monotonic()
             self.ports.attach(self.net, self.fabric)
@@ -94,41 +83,11 @@ class EmulatedFabric:
             raise
         return self
 
-    def _add_bridges(self) -> None:
-        """Every bridge, its controller and its ports in one ovs-vsctl transaction (80 separate
-        ones took 10.5 s of a k=8 fat-tree's bring-up, measured). OpenFlow 1.5 for select groups
-        that hash the 5-tuple; 1.3 stays available to other apps. fail_mode=secure: no flow
-        until the controller installs it."""
-        target = f'target="tcp:127.0.0.1:{self.controller_port}"'
-        argv = self.ovs.vsctl(timeout_s=60)
-        for s in self.fabric.switches:
-            ctl = f"@c_{s.name}"
-            argv += ["--", f"--id={ctl}", "create", "Controller", target, "max_backoff=1000",
-                     "--", "add-br", s.name,
-                     "--", "set", "Bridge", s.name, f"controller=[{ctl}]", f"datapath_type={self.ovs.datapath_type}",
-                     f"other_config:datapath-id={s.dpid:016x}", "fail_mode=secure",
-                     "other_config:disable-in-band=true", "protocols=OpenFlow13,OpenFlow15",
-                     f"other_config:dp-desc={s.name}"]
-        for node, port, ifname in self._switch_ports():
-            argv += ["--", "add-port", node, ifname, "--", "set", "Interface", ifname, f"ofport_request={port}"]
-        out = subprocess.run(argv, capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RunFailed(f"could not create the bridges (ovs-vsctl: {out.stderr.strip()[:500]})")
-
-    def _switch_ports(self) -> list[tuple[str, int, str]]:
-        """(switch, port number, interface name) of every switch end of every link."""
-        out = []
-        for link in self.fabric.links:
-            for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
-                if node in self.fabric.switch_by_name:
-                    out.append((node, port, self.fabric.intf_name(node, port)))
-        return out
-
     def flow_stats(self) -> dict[str, list[dict]]:
         """Every switch's flow entries with their packet counters: {switch: [{rule, n_packets}]}."""
         out = {}
         for s in self.fabric.switches:
-            text = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-flows", self.ovs.ofctl_target(s.name)],
+            text = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-flows", s.name],
                                   capture_output=True, text=True, check=True).stdout
             rules = []
             for line in text.splitlines():
@@ -188,16 +147,14 @@ class EmulatedFabric:
         """Mininet's stop() deletes every link end through a node's shell, one command each (8.8 s
         of a k=8 fat-tree's 19.6 s teardown, measured). Instead: every node's shell stopped (a
         host's namespace, with the veths in it and their peers, goes with it), the switch-to-switch
-        veths deleted over netlink, then, on the system's daemon, every bridge in one ovsdb
-        transaction, which is quicker once its ports are gone."""
+        veths deleted over netlink, then every bridge in one ovsdb transaction, which is quicker
+        once its ports are gone."""
         net = self.net
         for node in net.controllers + net.switches + net.hosts:
             node.terminate()
         t0 = time.monotonic()
         self._delete_root_interfaces()
-        if self.ovs.private:
-            return  # its bridges go with the daemon, which the runner stops next
-        argv = self.ovs.vsctl()
+        argv = ["ovs-vsctl", "--timeout=30"]
         for sw in net.switches:
             argv += ["--", "--if-exists", "del-br", sw.name]
         out = subprocess.run(argv, capture_output=True, text=True)
@@ -234,10 +191,6 @@ class EmulatedFabric:
         """What a half-built net may have left (Mininet only stops what it finished making)."""
         mine = set(self.fabric.switch_by_name)
         wait_for_inflight_commands(mine | set(self._root_interfaces()))
-        try:
-            present = self.ovs.bridges() & mine
-        except RunFailed:
-            present = set()  # a private daemon that never started, or already stopped
-        for br in sorted(present):
-            subprocess.run(self.ovs.vsctl("--if-exists", "del-br", br, timeout_s=10), check=False)
+        for br in sorted(existing_bridges() & mine):
+            subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=False)
         self._delete_root_interfaces()

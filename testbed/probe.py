@@ -67,10 +67,9 @@ def machine() -> dict:
 SOCKET_BUFFER_MINIMUMS = {"wmem_default": 128 << 20, "rmem_default": 4 << 20}
 
 
-def socket_buffers_too_small(system_daemon: bool) -> list[str]:
+def socket_buffers_too_small() -> list[str]:
     """The default socket buffers ovs-vswitchd's packet sockets get, where below what it needs
-    (tools/setup-host.sh explains the numbers). `system_daemon`: the run uses the system's
-    ovs-vswitchd, whose send socket may predate the sysctl (a private one starts after it)."""
+    (tools/setup-host.sh explains the numbers)."""
     bad = []
     for name, want in SOCKET_BUFFER_MINIMUMS.items():
         try:
@@ -79,7 +78,7 @@ def socket_buffers_too_small(system_daemon: bool) -> list[str]:
             have = 0
         if have < want:
             bad.append(f"net.core.{name} is {have}, needs {want}")
-    tb = ovs_send_buffer_bytes() if system_daemon else None
+    tb = ovs_send_buffer_bytes()
     if tb is not None and tb < SOCKET_BUFFER_MINIMUMS["wmem_default"]:
         bad.append(f"ovs-vswitchd's send socket has {tb} bytes (it started before the sysctl was raised)")
     return bad
@@ -101,11 +100,19 @@ OVS_DROP_COUNTERS = ("drop_action_of_pipeline", "datapath_drop_upcall_error",
                      "datapath_drop_userspace_action_error", "netdev_send_prepare_drops")
 
 
-def ovs_drop_counters(appctl: list[str]) -> dict[str, int]:
-    """A daemon's drop counters (`appctl`: its ovs-appctl argv; the system's daemon counts other
-    bridges' drops too, a private one only the run's)."""
+def ovs_drop_counters() -> dict[str, int]:
+    """Open vSwitch's drop counters (machine-wide: they include other bridges' drops)."""
     out = {}
     for name in OVS_DROP_COUNTERS:
-        r = subprocess.run([*appctl, "coverage/read-counter", name], capture_output=True, text=True)
+        r = subprocess.run(["ovs-appctl", "coverage/read-counter", name], capture_output=True, text=True)
         out[name] = int(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip().isdigit() else 0
     return out
+
+
+def ovs_vswitchd_pid() -> int | None:
+    for path in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            return int(Path(path).read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return None

@@ -21,21 +21,13 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _child_setup(nice: int | None):
-    def setup() -> None:
-        _die_with_parent()
-        if nice is not None:  # before exec: every thread the program starts inherits it
-            os.setpriority(os.PRIO_PROCESS, 0, nice)
-    return setup
-
-
 class ManagedProcess:
     """A child process with its output in a log file; a context manager that always stops it."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path, env: dict | None = None,
-                 cwd: str | None = None, pass_fds: tuple[int, ...] = (), nice: int | None = None):
+                 cwd: str | None = None, pass_fds: tuple[int, ...] = ()):
         self.name, self.argv, self.log_path, self.env, self.cwd = name, argv, log_path, env, cwd
-        self.pass_fds, self.nice = pass_fds, nice
+        self.pass_fds = pass_fds
         self.proc: subprocess.Popen | None = None
         self.on_start = None  # callback(pid), set by whoever records what the run created
 
@@ -48,7 +40,7 @@ class ManagedProcess:
         try:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
-                                         start_new_session=True, preexec_fn=_child_setup(self.nice),
+                                         start_new_session=True, preexec_fn=_die_with_parent,
                                          pass_fds=self.pass_fds)
         finally:
             log.close()

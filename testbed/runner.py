@@ -23,8 +23,7 @@ from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig, leaf_minor
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
-from testbed.ovs_daemon import OvsDaemon
-from testbed.runstate import OVS_DIR, RunLock, RunRecord, clean_stale
+from testbed.runstate import RunLock, RunRecord, clean_stale
 from testbed.scenario import Scenario, build_fabric
 from testbed.workload import build_messages, engine_plan, nic_lead_ns
 
@@ -43,8 +42,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     run_id = f"{sc.name}-{stamp}"
     with RunLock(run_id, f"scenario {sc.name}"):
-        datapath = probe.choose_datapath()
-        too_small = probe.socket_buffers_too_small(system_daemon=(datapath == "kernel"))
+        too_small = probe.socket_buffers_too_small()
         if too_small:
             raise RunFailed(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
                             f"(run `make setup`, which raises them)")
@@ -53,14 +51,14 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
         run_dir = base / sc.name / stamp
         raw = run_dir / "raw"
         raw.mkdir(parents=True)
+        datapath = probe.choose_datapath()
         record = RunRecord(run_id)
-        ovs = OvsDaemon(OVS_DIR / str(os.getpid()), raw, record, private=(datapath == "user"))
         manifest = {
             "manifest_version": MANIFEST_VERSION, "run_id": run_id, "scenario": sc.to_dict(),
             "started_utc": datetime.now(timezone.utc).isoformat(), "git_commit": probe.git_commit(),
             "versions": probe.versions(), "machine": probe.machine(),
             "mechanisms": {
-                "datapath": ovs.mechanism,
+                "datapath": "ovs-kernel" if datapath == "kernel" else "ovs-userspace (netdev)",
                 "shaping": "htb per port (link rate) with one class per priority and a tbf leaf per class, "
                            "set over netlink (pyroute2)",
                 "queues": f"{sc.qos.scheduling} scheduling over {len(sc.classes)} classes "
@@ -74,7 +72,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
                 "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
                               f"routes, sends it to the switch agent, logs its reports and decisions",
                 "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
-                "offloads": "off on every veth" if ovs.private else "unchanged",
+                "offloads": "off on every veth" if datapath == "user" else "unchanged",
                 "traffic": f"compiled NIC data plane (testbed/nic/nicdp.c) in one process; per host an AF_PACKET "
                            f"socket per NIC class, opened in its namespace, batched I/O (sendmmsg/recvmmsg) "
                            f"at most every {sc.transport.engine_batch_us:g} us; line rate from the host NIC's "
@@ -116,8 +114,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
               "group": m.group}
              for m in messages]))
         try:
-            with ovs:
-                _emulate(sc, fabric, messages, run_dir, record, ovs, manifest, log)
+            _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log)
         except BaseException as e:  # the run folder says why it ended, whatever ended it
             manifest["error"] = f"{type(e).__name__}: {e}"
             raise
@@ -128,7 +125,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
         return run_dir
 
 
-def _emulate(sc, fabric, messages, run_dir, record, ovs, manifest, log) -> None:
+def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> None:
     raw = run_dir / "raw"
     timings = manifest["timings_s"]
     t0 = time.monotonic()
@@ -147,12 +144,12 @@ def _emulate(sc, fabric, messages, run_dir, record, ovs, manifest, log) -> None:
                        queue_limit_bytes=sc.fabric.queue_limit_bytes,
                        htb_burst_bytes=sc.fabric.htb_burst_bytes,
                        nic_burst_bytes=sc.fabric.nic_burst_frames * qos.frame_bytes(sc),
-                       offloads_off=ovs.private,
+                       offloads_off=(datapath == "user"),
                        layout=qos.port_layout(sc))
     with ctl:
         ctl.wait_listening(timeout_s=30)
         log(f"controller listening on 127.0.0.1:{ctl.port} (pid {ctl.pid})")
-        net = EmulatedFabric(fabric, ports, ctl.port, ovs, record)
+        net = EmulatedFabric(fabric, ports, ctl.port, datapath, record)
         try:
             with net:
                 log(f"fabric up: {len(fabric.switches)} switches, {len(fabric.hosts)} hosts, "
@@ -181,7 +178,7 @@ def _emulate(sc, fabric, messages, run_dir, record, ovs, manifest, log) -> None:
                             caps = stack.enter_context(HostCaptures(used, run_dir / "pcap",
                                                                     sc.run.capture_snaplen_bytes, record))
                             log(f"capturing on {len(used)} hosts to {run_dir / 'pcap'}")
-                        _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent, ovs)
+                        _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent)
                     if sc.run.capture:
                         manifest["capture"] = caps.stats
                 if agent.proc.returncode not in (0, None):
@@ -260,11 +257,11 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
     }
 
 
-def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent, ovs) -> None:
+def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> None:
     engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.engine", str(raw / "plan.json")],
                             raw / "engine.log", cwd=str(probe.PROJECT_ROOT))
     engine.on_start = record.add_process
-    cpu = CpuMeter({"ovs-vswitchd": ovs.vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid})
+    cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid})
     log(f"traffic: {sc.workload.type}, {len(plan['messages'])} messages over {len(plan['flows'])} flows")
     # every port's counters, before the engine sends its first frame and when it is done: what
     # the fabric moved during the traffic phase
@@ -273,7 +270,7 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent, ovs)
         # Measure CPU over the traffic phase only, not the engine's imports and socket setup.
         wait_until(lambda: (raw / "engine_ready").exists() or engine.proc.poll() is not None, 60,
                    "the traffic engine to open its sockets")
-        drops0 = probe.ovs_drop_counters(ovs.appctl())
+        drops0 = probe.ovs_drop_counters()
         cpu.begin()
         faults = FaultInjector(sc, fabric, net, ctl, raw / "faults.jsonl", log)
         faults.start()
@@ -318,7 +315,7 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent, ovs)
         (raw / "queues_end.json").write_text(json.dumps(net.ports.queue_stats()))
         (raw / "links_end.json").write_text(json.dumps(net.ports.link_counters()))
         agent.stop()
-        drops1 = probe.ovs_drop_counters(ovs.appctl())
+        drops1 = probe.ovs_drop_counters()
         manifest["ovs_drops_during_traffic"] = {k: drops1[k] - drops0[k] for k in drops0}
     if engine.proc.returncode not in (0, 3):
         raise RunFailed(f"the traffic engine failed (exit {engine.proc.returncode}); log:\n{engine.log_tail()}")

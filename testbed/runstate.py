@@ -2,17 +2,14 @@
 left behind can be removed later — and nothing else.
 
 - /run/fabric-testbed/lock: flock held for the whole run; holds the running run's id and PID.
-- /run/fabric-testbed/runs/<run id>.json: the runner PID, and every bridge, interface,
-  process (with its command line) and directory the run created, written before and as they are
-  created.
-- /run/fabric-testbed/ovs/<runner pid>/: the run's own Open vSwitch (testbed.ovs_daemon).
+- /run/fabric-testbed/runs/<run id>.json: the runner PID, and every bridge, interface and
+  process (with its command line) the run created, written before and as they are created.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,7 +20,6 @@ from pyroute2 import IPRoute
 from testbed.errors import Busy, RunFailed
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/fabric-testbed"))
-OVS_DIR = STATE_DIR / "ovs"
 
 
 def _cmdline(pid: int) -> str | None:
@@ -78,7 +74,7 @@ class RunRecord:
     def __init__(self, run_id: str):
         self.path = STATE_DIR / "runs" / f"{run_id}.json"
         self.data = {"run_id": run_id, "runner_pid": os.getpid(), "runner_cmdline": _cmdline(os.getpid()),
-                     "started": time.time(), "bridges": [], "interfaces": [], "processes": [], "dirs": []}
+                     "started": time.time(), "bridges": [], "interfaces": [], "processes": []}
         self._save()
 
     def _save(self) -> None:
@@ -93,10 +89,6 @@ class RunRecord:
 
     def add_interfaces(self, names) -> None:
         self.data["interfaces"].extend(names)
-        self._save()
-
-    def add_dirs(self, paths) -> None:
-        self.data["dirs"].extend(paths)
         self._save()
 
     def add_process(self, pid: int) -> None:
@@ -162,7 +154,7 @@ def clean_stale(log=print) -> list[str]:
             if _alive(p) and _cmdline(p) == proc["cmdline"]:
                 os.kill(p, signal.SIGKILL)
                 removed.append(f"process {p}")
-        present = existing_bridges() if data.get("bridges") else set()
+        present = existing_bridges()
         for br in data.get("bridges", []):
             if br in present:
                 subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=True)
@@ -173,11 +165,6 @@ def clean_stale(log=print) -> list[str]:
                 if idx:
                     ipr.link("del", index=idx[0])
                     removed.append(f"interface {ifname}")
-        for d in data.get("dirs", []):
-            # only what lies under our own state directory, whatever the record says
-            if Path(d).resolve().is_relative_to(OVS_DIR.resolve()) and Path(d).exists():
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(f"directory {d}")
         path.unlink(missing_ok=True)
         log(f"cleaned up after dead run {data.get('run_id')}: {len(removed)} objects removed")
     return removed

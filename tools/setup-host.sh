@@ -37,9 +37,6 @@ raise net.core.wmem_max 134217728
 raise net.core.rmem_default 4194304
 raise net.core.rmem_max 4194304
 
-# The system's Open vSwitch: a run uses it only where the kernel has OVS's datapath (elsewhere
-# each run starts and owns its own daemon); the integration tests also keep a bridge of their own
-# on it, to check that a run never touches what it did not create.
 if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
   echo "setup: starting Open vSwitch"
   /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null

@@ -31,23 +31,6 @@ def bridges() -> set[str]:
     return set(subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True).stdout.split())
 
 
-def run_ovs() -> tuple[set[int], set[str]]:
-    """The runs' own Open vSwitch: daemons started from the testbed's state directory, and
-    that directory's entries (testbed.ovs_daemon)."""
-    from testbed.runstate import OVS_DIR
-    pids = set()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                argv = d.joinpath("cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and os.path.basename(argv[0]) in (b"ovs-vswitchd", b"ovsdb-server") and \
-                    any(str(OVS_DIR).encode() in a for a in argv):
-                pids.add(int(d.name))
-    return pids, {p.name for p in OVS_DIR.glob("*")}
-
-
 def fabric_interfaces() -> set[str]:
     """Root-namespace interfaces named like the testbed's switch ports."""
     with IPRoute() as ipr:
