@@ -96,11 +96,11 @@ def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
     busy intervals). An interval in which PFC paused any class of the host's NIC is not judged: a
     paused NIC holds its frames by design."""
     pauses = pauses or {}
-    hosts = [h["name"] for h in plan["hosts"]]
     gaps = _read_gaps(raw)
     src = _sender_of(pkts, plan)
     out = []
-    for hi, name in enumerate(hosts):
+    for hi, spec in enumerate(plan["hosts"]):
+        name = spec["name"]
         mine = pkts[src == name]
         if mine.empty:
             continue
@@ -109,10 +109,9 @@ def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
         g = gaps[gaps["host"] == hi]
         dry = g[g["kind"] == records.GAP_LEAD_DRY]
         behind = g[g["kind"] == records.GAP_QP_BEHIND]
-        bw = next(h.get("bw_bps", 0) for h in plan["hosts"] if h["name"] == name) or 1e12
-        spec = next(h for h in plan["hosts"] if h["name"] == name)
-        paused = _bins_of_spans(np.array([a for a, _ in pauses.get(spec.get("ifname", ""), [])], np.int64),
-                                np.array([b for _, b in pauses.get(spec.get("ifname", ""), [])], np.int64),
+        bw = spec.get("bw_bps") or 1e12
+        spans = pauses.get(spec.get("ifname", ""), [])
+        paused = _bins_of_spans(np.array([a for a, _ in spans], np.int64), np.array([b for _, b in spans], np.int64),
                                 start_ns, 1)
         dry_bins = _bins_of_spans(dry["start_ns"], dry["end_ns"], start_ns, IDLE_MIN_NS) - paused
         late_bins, drain_ratio = slow_intervals(mine, bw, start_ns, exclude=paused)
