@@ -27,7 +27,8 @@ import numpy as np
 
 from testbed import nic
 from testbed.netns import netns_of
-from testbed.packets import (PAYLOAD_HEADER_LEN, RC_SEND_ONLY, ROCE_SOCKET_FILTER, ROCE_UDP_PORT, AckTemplate,
+from testbed.packets import (MESSAGE_END_FILTER, PAYLOAD_HEADER_LEN, RC_SEND_ONLY, ROCE_SOCKET_FILTER, ROCE_UDP_PORT,
+                             AckTemplate,
                              CnpTemplate, DataTemplate)
 from testbed.transport import dcqcn_params
 
@@ -39,6 +40,7 @@ PACKET_STATISTICS = 6
 SO_ATTACH_FILTER = 26
 SO_RCVBUFFORCE = 33
 RCVBUF_BYTES = 32 << 20
+DOOR_RCVBUF_BYTES = 4 << 20
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
 # The data plane keeps a lead of frames in every NIC, so it can wait for the CPU; Open vSwitch's
 # one forwarding thread and the kernel's shapers cannot (a late forward is fabric latency). A
@@ -48,11 +50,26 @@ ENGINE_NICE = 5
 CC_TICK_MIN_NS, CC_TICK_MAX_NS = 100_000, 1_000_000
 
 
-def _attach_filter(sock: socket.socket) -> None:
-    insns = b"".join(struct.pack("HBBI", *i) for i in ROCE_SOCKET_FILTER)
+def attach_filter(sock: socket.socket, program: tuple) -> None:
+    insns = b"".join(struct.pack("HBBI", *i) for i in program)
     buf = C.create_string_buffer(insns)
-    prog = struct.pack("HL", len(ROCE_SOCKET_FILTER), C.addressof(buf))
+    prog = struct.pack("HL", len(program), C.addressof(buf))
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, prog)
+
+
+def tap(ifname: str, program: tuple, rcvbuf_bytes: int) -> socket.socket:
+    """A packet socket that sees every frame arriving on ifname that program accepts (the filter
+    goes on before bind, so nothing unfiltered is ever queued), and none of our own going out."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    try:
+        attach_filter(s, program)
+        s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf_bytes)
+        s.bind((ifname, ETH_P_ALL))
+    except BaseException:
+        s.close()
+        raise
+    return s
 
 
 class HostSockets:
@@ -64,12 +81,10 @@ class HostSockets:
             # Every protocol: a device's taps see a frame before tc ingress, where the NIC's
             # host_dequeue program ends RoCE frames (testbed.ports); our own frames going out are
             # not looped back to it.
-            self.rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-            # The filter goes on before bind, so nothing unfiltered is ever queued.
-            _attach_filter(self.rx)
-            self.rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-            self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
-            self.rx.bind((spec["ifname"], ETH_P_ALL))
+            self.rx = tap(spec["ifname"], ROCE_SOCKET_FILTER, RCVBUF_BYTES)
+            # The doorbell: a copy of each message's last frame, which wakes the data plane
+            # from its batching sleep (the frame itself is read from rx's ring).
+            self.door = tap(spec["ifname"], MESSAGE_END_FILTER, DOOR_RCVBUF_BYTES)
             # Send-only sockets (protocol 0 receives nothing); their error queues carry the TX
             # timestamps, charged to their receive buffers.
             self.data: dict[int, socket.socket] = {}
@@ -85,7 +100,7 @@ class HostSockets:
             self.sink.bind(("0.0.0.0", ROCE_UDP_PORT))
 
     def sockets(self) -> list[socket.socket]:
-        return [self.rx, self.sink, *self.data.values()]
+        return [self.rx, self.door, self.sink, *self.data.values()]
 
     def socket_drops(self) -> int:
         _packets, drops = struct.unpack("II", self.rx.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
@@ -113,6 +128,7 @@ class Engine:
         nh, nf, nm = len(self.hosts), len(flows), len(msgs)
         a = self.arrays = {}
         a["host_rx_fd"] = np.array([h.rx.fileno() for h in self.hosts], np.int32)
+        a["host_door_fd"] = np.array([h.door.fileno() for h in self.hosts], np.int32)
         data_fd = np.full((max(nh, 1), nic.MAX_CLASSES), -1, np.int32)
         for i, h in enumerate(self.hosts):
             for c, s in h.data.items():
@@ -162,7 +178,7 @@ class Engine:
         a["flow_stats"] = np.zeros((max(nf, 1), len(nic.FLOW_STATS)), np.int64)
         a["flow_rate"] = np.zeros((max(nf, 1), 2), np.float64)
         for k in ("msg_flow", "msg_bytes", "msg_duration_ns", "msg_waiting", "flow_src", "flow_dst", "flow_cls",
-                  "host_rx_fd", "host_bw_bps"):
+                  "host_rx_fd", "host_door_fd", "host_bw_bps"):
             if not len(a[k]):
                 a[k] = np.zeros(1, a[k].dtype)
         cc_tick = (min(CC_TICK_MAX_NS, max(CC_TICK_MIN_NS, min(p["rate_decrease_interval_ns"] // 2
@@ -181,7 +197,7 @@ class Engine:
             qp_path=self.paths["qp_events"].encode(), gap_path=self.paths["nic_gaps"].encode(),
             heartbeat_path=self.paths["heartbeat"].encode(),
             host_rx_fd=_ptr(a["host_rx_fd"], C.c_int32), host_data_fd=_ptr(a["host_data_fd"], C.c_int32),
-            host_bw_bps=_ptr(a["host_bw_bps"], C.c_double),
+            host_door_fd=_ptr(a["host_door_fd"], C.c_int32), host_bw_bps=_ptr(a["host_bw_bps"], C.c_double),
             flow_src=_ptr(a["flow_src"], C.c_int32), flow_dst=_ptr(a["flow_dst"], C.c_int32),
             flow_cls=_ptr(a["flow_cls"], C.c_int32), flow_n_msgs=_ptr(a["flow_n_msgs"], C.c_int32),
             flow_prefix=_ptr(a["flow_prefix"], C.c_ubyte), flow_ack=_ptr(a["flow_ack"], C.c_ubyte),

@@ -163,13 +163,25 @@ class CnpTemplate(_RoceTemplate):
 # (what `tcpdump -d 'ip and udp dst port 4791'` compiles to), so that ARP, IPv6 and ICMP
 # never reach Python.
 _BPF_LDH_ABS, _BPF_LDB_ABS, _BPF_JEQ_K, _BPF_JSET_K = 0x28, 0x30, 0x15, 0x45
-_BPF_LDXB_MSH, _BPF_LDH_IND, _BPF_RET_K = 0xB1, 0x48, 0x06
+_BPF_LDXB_MSH, _BPF_LDH_IND, _BPF_LDB_IND, _BPF_RET_K = 0xB1, 0x48, 0x50, 0x06
 ROCE_SOCKET_FILTER = (
     (_BPF_LDH_ABS, 0, 0, 12), (_BPF_JEQ_K, 0, 8, 0x0800),
     (_BPF_LDB_ABS, 0, 0, 23), (_BPF_JEQ_K, 0, 6, 17),
     (_BPF_LDH_ABS, 0, 0, 20), (_BPF_JSET_K, 4, 0, 0x1FFF),
     (_BPF_LDXB_MSH, 0, 0, 14), (_BPF_LDH_IND, 0, 0, 16), (_BPF_JEQ_K, 0, 1, ROCE_UDP_PORT),
     (_BPF_RET_K, 0, 0, 0x40000), (_BPF_RET_K, 0, 0, 0),
+)
+
+# The same frames, only when a message's last frame (SEND_LAST or SEND_ONLY: the BTH opcode, 8
+# bytes after the IP header's end), and only its first 64 bytes: the data plane's doorbell, which
+# wakes it as soon as a message that others wait for may have completed.
+MESSAGE_END_FILTER = (
+    (_BPF_LDH_ABS, 0, 0, 12), (_BPF_JEQ_K, 0, 11, 0x0800),
+    (_BPF_LDB_ABS, 0, 0, 23), (_BPF_JEQ_K, 0, 9, 17),
+    (_BPF_LDH_ABS, 0, 0, 20), (_BPF_JSET_K, 7, 0, 0x1FFF),
+    (_BPF_LDXB_MSH, 0, 0, 14), (_BPF_LDH_IND, 0, 0, 16), (_BPF_JEQ_K, 0, 4, ROCE_UDP_PORT),
+    (_BPF_LDB_IND, 0, 0, 22), (_BPF_JEQ_K, 1, 0, RC_SEND_LAST), (_BPF_JEQ_K, 0, 1, RC_SEND_ONLY),
+    (_BPF_RET_K, 0, 0, 64), (_BPF_RET_K, 0, 0, 0),
 )
 
 

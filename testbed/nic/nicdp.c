@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -443,6 +444,7 @@ typedef struct {
     /* hosts */
     const int32_t *host_rx_fd;      /* [n_hosts]: receives, and sends ACKs and CNPs */
     const int32_t *host_data_fd;    /* [n_hosts * MAX_CLASSES]: one per NIC class, -1 if unused */
+    const int32_t *host_door_fd;    /* [n_hosts]: receives a copy of each message's last frame */
     const double *host_bw_bps;      /* [n_hosts] */
     /* flows (queue pairs) */
     const int32_t *flow_src, *flow_dst, *flow_cls, *flow_n_msgs;
@@ -509,6 +511,8 @@ typedef struct {
     pending_tx *pend;
     int64_t last_depart_end_ns;      /* when the wire went idle after the last departure */
     int64_t work_since_ns;           /* the class has had frames to send since (0: none) */
+    int serving;                     /* being topped up in this pass's rounds */
+    int kicked;                      /* on the engine's list of empty classes that got work */
     int64_t backoff_until_ns;        /* the class's queue refused a frame (full: paused) */
     int64_t last_drain_ns;           /* departures last read, and the lead last topped up */
     int64_t qp_due_ns;               /* a rate-limited queue pair of the class may send then */
@@ -587,6 +591,11 @@ typedef struct {
     int32_t *heap_m;
     int n_heap;
     FILE *ftx, *frx, *fqp, *fgap;
+    /* classes that got frames to send while their NIC held none (host * MAX_CLASSES + class) */
+    int32_t *kick;
+    int n_kick;
+    int64_t *ready_ns;   /* per message: its latest dependency's completion so far */
+    int in_rounds, new_serving;
     int64_t clock_off;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's timestamps */
     int64_t last_progress;
     int64_t completed, acked;
@@ -643,17 +652,32 @@ static void cc_watch(engine *E, int flow) {
     if (!f->in_cc && f->dc.running) { f->in_cc = 1; E->cc_running[E->n_cc_running++] = flow; }
 }
 
+/* Class ci of host hi has frames to send from now on; an empty one goes on the doorbell list. */
+static void class_has_work(engine *E, int hi, int ci, int64_t now) {
+    nic_class *c = &E->hosts[hi].cls[ci];
+    if (!c->work_since_ns) c->work_since_ns = now;
+    if (c->queued_bytes == 0 && c->n_batch == 0 && !c->kicked) {
+        c->kicked = 1;
+        E->kick[E->n_kick++] = hi * MAX_CLASSES + ci;
+    }
+}
+
 static void release(engine *E, int32_t m, int64_t now);
 
-static void complete(engine *E, int32_t m, int64_t t, int64_t now) {
+static void complete(engine *E, int32_t m, int64_t t) {
     const nic_plan *P = E->P;
     E->R->complete_ns[m] = t;
     E->completed++;
     for (int i = P->dep_ptr[m]; i < P->dep_ptr[m + 1]; i++) {
         int32_t d = P->dep_idx[i];
-        /* released now, which is after the arrival that completed m (a kernel stamp that may be
-         * later than the pass's start) */
-        if (--E->waiting[d] == 0) release(E, d, now > t ? now : mono_ns());
+        /* released when m completed (its last frame's kernel receive stamp, or its compute's
+         * end), not when this loop noticed: a GPU posts the next send then, and the time the
+         * data plane takes to react is its NIC idling with work to send */
+        if (t > E->ready_ns[d]) E->ready_ns[d] = t;
+        if (--E->waiting[d] == 0) {
+            int64_t n = mono_ns();
+            release(E, d, E->ready_ns[d] < n ? E->ready_ns[d] : n);
+        }
     }
 }
 
@@ -664,8 +688,7 @@ static void release(engine *E, int32_t m, int64_t now) {
     if (flow < 0) { heap_push(E, now + P->msg_duration_ns[m], m); return; }
     flow_t *f = &E->flows[flow];
     f->fifo[f->tail++] = m;
-    nic_class *c = &E->hosts[P->flow_src[flow]].cls[P->flow_cls[flow]];
-    if (!c->work_since_ns) c->work_since_ns = now;
+    class_has_work(E, P->flow_src[flow], P->flow_cls[flow], now);
 }
 
 /* ---- sending ----------------------------------------------------------------------------- */
@@ -799,9 +822,11 @@ static int flush_class(engine *E, host_t *h, int hi, nic_class *c, int64_t now) 
 
 /* Fill class c of host h up to its lead; returns the earliest time a rate-limited QP of it may
  * send (NEVER if none waits), or -1 on error. */
-static int64_t fill_class(engine *E, host_t *h, int hi, nic_class *c, int64_t now, int64_t lead_bytes) {
+static int64_t fill_class(engine *E, host_t *h, int hi, nic_class *c, int64_t now, int64_t lead_bytes,
+                          int64_t cap_bytes, int *capped) {
     const nic_plan *P = E->P;
     int64_t wake = NEVER, staged = 0;
+    *capped = 0;
     if (c->backoff_until_ns > now) return c->backoff_until_ns;
     int any_work = 0;
     for (;;) {
@@ -809,6 +834,12 @@ static int64_t fill_class(engine *E, host_t *h, int hi, nic_class *c, int64_t no
         if (c->queued_bytes + staged >= lead_bytes || c->next_key - c->done_key + (uint32_t)c->n_batch >= PEND_SIZE - BATCH) {
             /* the lead is full: is there more to send behind it? */
             for (int i = 0; i < c->n_flows && !any_work; i++) any_work = flow_has_work(E, &E->flows[c->flows[i]]);
+            break;
+        }
+        /* this round's share is handed over: the class gets the rest in the pass's next round */
+        if (c->queued_bytes + staged >= cap_bytes) {
+            for (int i = 0; i < c->n_flows && !any_work; i++) any_work = flow_has_work(E, &E->flows[c->flows[i]]);
+            *capped = any_work;
             break;
         }
         int picked = -1;
@@ -982,10 +1013,7 @@ static void on_ack(engine *E, host_t *h, int hi, const unsigned char *b, int64_t
         E->R->flow_stats[flow * FS_N + FS_NAKS] = (int64_t)f->tx.naks;
     }
     if (f->tx.una != una0) { acked_upto(E, f, f->tx.una, now); E->last_progress = now; }
-    if (gbn_resending(&f->tx)) {
-        nic_class *c = &h->cls[E->P->flow_cls[flow]];
-        if (!c->work_since_ns) c->work_since_ns = now;
-    }
+    if (gbn_resending(&f->tx)) class_has_work(E, hi, E->P->flow_cls[flow], now);
     (void)h;
 }
 
@@ -1053,12 +1081,14 @@ static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64
     int64_t payload = n - HEADER_BYTES, left = P->msg_bytes[msg] - (int64_t)seq * P->payload_bytes;
     E->R->recv_bytes[msg] += payload < left ? payload : left;
     E->last_progress = now;
-    if (got == E->msg_npkts[msg]) complete(E, (int32_t)msg, rx, now);
+    if (got == E->msg_npkts[msg]) complete(E, (int32_t)msg, rx);
 }
 
 /* Every frame waiting in host h's receive ring (PACKET_RX_RING, TPACKET_V2): the kernel copied
  * each frame's first ring_snap bytes there in its softirq, with its receive time, so reading
  * takes no system call. */
+static int serve_kicks(engine *E);
+
 static int receive(engine *E, host_t *h, int hi, int64_t now) {
     int served = 0;
     for (;;) {
@@ -1081,6 +1111,8 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
         if (h->n_reply == BATCH && flush_replies(E, h, hi) < 0) return -1;
         served++;
     }
+    /* the NICs that the arrivals gave work start before this host's replies go out */
+    if (serve_kicks(E) < 0) return -1;
     if (h->n_reply && flush_replies(E, h, hi) < 0) return -1;
     return served;
 }
@@ -1123,10 +1155,34 @@ static void check_timeouts(engine *E, int64_t now) {
         flow_t *f = &E->flows[i];
         if (f->tx.una != f->tx.next && gbn_timed_out(&f->tx, now, E->P->rto_ns)) {
             qp_event(E, now, i, GO_BACK_TIMEOUT, (uint64_t)(f->tx.resend_end - f->tx.resend));
-            nic_class *c = &E->hosts[E->P->flow_src[i]].cls[E->P->flow_cls[i]];
-            if (!c->work_since_ns) c->work_since_ns = now;
+            class_has_work(E, E->P->flow_src[i], E->P->flow_cls[i], now);
         }
     }
+}
+
+/* The doorbell: each class on the list gets one frame at once, so that its wire starts while the
+ * pass goes on (the pass's rounds top it up). A real NIC starts within microseconds of having
+ * work; this one thread serves every NIC, and a pass took 40-230 us from a message's release to
+ * its first frame (8 hosts of a ring, measured) when the NICs were served only in the pass. */
+static int serve_kicks(engine *E) {
+    int64_t frame = HDR_LEN + E->P->payload_bytes;
+    for (int i = 0; i < E->n_kick; i++) {
+        int hi = E->kick[i] / MAX_CLASSES;
+        host_t *h = &E->hosts[hi];
+        nic_class *c = &h->cls[E->kick[i] % MAX_CLASSES];
+        c->kicked = 0;
+        int64_t now = mono_ns();
+        if (c->next_key != c->done_key && drain_departures(E, h, hi, c) < 0) return -1;
+        if (c->queued_bytes) continue;
+        int capped;
+        int64_t w = fill_class(E, h, hi, c, now, (int64_t)(h->bw_bps * E->P->lead_ns / 8e9), frame, &capped);
+        if (w < 0) return -1;
+        if (w < c->qp_due_ns) c->qp_due_ns = w;
+        /* a class that starts during the pass's rounds is topped up in them */
+        if (E->in_rounds && capped && !c->serving) { c->serving = 1; E->new_serving = 1; }
+    }
+    E->n_kick = 0;
+    return 0;
 }
 
 static void run_rate_timers(engine *E, int64_t now) {
@@ -1140,6 +1196,51 @@ static void run_rate_timers(engine *E, int64_t now) {
         else f->in_cc = 0;
     }
     E->n_cc_running = w;
+}
+
+/* Read every copy queued on a doorbell socket (only their arrival matters). */
+static void drain_door(int fd) {
+    struct mmsghdr mm[BATCH];
+    struct iovec iov[BATCH];
+    unsigned char b[BATCH][1];
+    for (;;) {
+        for (int i = 0; i < BATCH; i++) {
+            iov[i].iov_base = b[i]; iov[i].iov_len = 1;
+            memset(&mm[i].msg_hdr, 0, sizeof mm[i].msg_hdr);
+            mm[i].msg_hdr.msg_iov = &iov[i]; mm[i].msg_hdr.msg_iovlen = 1;
+        }
+        int n = recvmmsg(fd, mm, BATCH, MSG_DONTWAIT | MSG_TRUNC, NULL);
+        if (n < BATCH) return;
+    }
+}
+
+/* The compute steps that have ended by now: complete (and acknowledged: there is no wire). */
+static void end_computes(engine *E, int64_t now) {
+    while (E->n_heap && E->heap_t[0] <= now) {
+        int64_t t = E->heap_t[0];
+        int32_t m = E->heap_m[0];
+        heap_pop(E);
+        E->R->acked_ns[m] = t;
+        E->acked++;
+        E->last_progress = now;
+        complete(E, m, t);
+    }
+}
+
+/* Between two NICs' turns in a pass: the frames waiting in any host's receive ring (one load
+ * per host to know; no system call) and the compute steps that have ended. */
+static int between_turns(engine *E) {
+    for (int i = 0; i < E->P->n_hosts; i++) {
+        host_t *h = &E->hosts[i];
+        struct tpacket2_hdr *t = (struct tpacket2_hdr *)(h->ring + (size_t)h->ring_idx * h->ring_frame);
+        if ((__atomic_load_n(&t->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) && receive(E, h, i, mono_ns()) < 0)
+            return -1;
+    }
+    if (E->n_heap && E->heap_t[0] <= mono_ns()) {
+        end_computes(E, mono_ns());
+        if (serve_kicks(E) < 0) return -1;
+    }
+    return 0;
 }
 
 static int set_int(int fd, int level, int opt, int v) { return setsockopt(fd, level, opt, &v, sizeof v); }
@@ -1156,11 +1257,13 @@ int nic_run(const nic_plan *P, nic_result *R) {
     E->heap_t = calloc(nm ? nm : 1, sizeof(int64_t));
     E->heap_m = calloc(nm ? nm : 1, sizeof(int32_t));
     E->cc_running = calloc(nf ? nf : 1, sizeof(int32_t));
-    int ep = epoll_create1(EPOLL_CLOEXEC);
+    E->kick = calloc((size_t)(nh ? nh : 1) * MAX_CLASSES, sizeof(int32_t));
+    E->ready_ns = calloc(nm ? nm : 1, sizeof(int64_t));
+    int ep = epoll_create1(EPOLL_CLOEXEC), ep_door = epoll_create1(EPOLL_CLOEXEC);
     int hb = open(P->heartbeat_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     E->ftx = fopen(P->tx_path, "wb"); E->frx = fopen(P->rx_path, "wb");
     E->fqp = fopen(P->qp_path, "wb"); E->fgap = fopen(P->gap_path, "wb");
-    if (!E->hosts || !E->flows || !E->msg_npkts || ep < 0 || hb < 0 || !E->ftx || !E->frx || !E->fqp || !E->fgap) {
+    if (!E->hosts || !E->flows || !E->msg_npkts || !E->kick || !E->ready_ns || ep < 0 || ep_door < 0 || hb < 0 || !E->ftx || !E->frx || !E->fqp || !E->fgap) {
         snprintf(R->error, sizeof R->error, "setting up the data plane failed: %s", strerror(errno));
         goto out;
     }
@@ -1183,6 +1286,12 @@ int nic_run(const nic_plan *P, nic_result *R) {
         if (setup_ring(h, P->verify_icrc, R->error, sizeof R->error) < 0) goto out;
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
         epoll_ctl(ep, EPOLL_CTL_ADD, h->rx_fd, &ev);
+        /* edge-triggered: one wakeup per new last frame, and its copies are read only then */
+        struct epoll_event dev = {.events = EPOLLIN | EPOLLET, .data.u32 = (uint32_t)i};
+        if (epoll_ctl(ep_door, EPOLL_CTL_ADD, P->host_door_fd[i], &dev) < 0) {
+            snprintf(R->error, sizeof R->error, "the doorbell socket: %s", strerror(errno));
+            goto out;
+        }
         for (int c = 0; c < MAX_CLASSES; c++) {
             nic_class *k = &h->cls[c];
             k->fd = P->host_data_fd[i * MAX_CLASSES + c];
@@ -1213,6 +1322,12 @@ int nic_run(const nic_plan *P, nic_result *R) {
         if (!c->flows) { snprintf(R->error, sizeof R->error, "flow %d: its NIC class has no socket", i); goto out; }
         c->flows[c->n_flows++] = i;
     }
+    /* Timed waits end when asked: Linux lets a normal thread's timers fire up to 50 us late
+     * (timer slack), and this VM adds its own; measured here, a 200 us sleep overshot by 85 us
+     * p50 with the default slack and 34 us with 1 ns. The batch end, a compute step's end, a
+     * rate-limited queue pair's next frame and a lead's top-up all wait on such timers. */
+    int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     struct sigaction sa = {0}, old_term, old_int;
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, &old_term);
@@ -1242,18 +1357,16 @@ int nic_run(const nic_plan *P, nic_result *R) {
         n_ev = 0;
         now = mono_ns();   /* later than every arrival just read: what follows is stamped after them */
         if (now >= next_clock) { E->clock_off = clock_offset(); next_clock = now + 100000000; }
-        while (E->n_heap && E->heap_t[0] <= now) {
-            int64_t t = E->heap_t[0];
-            int32_t m = E->heap_m[0];
-            heap_pop(E);
-            R->acked_ns[m] = t;
-            E->acked++;
-            E->last_progress = now;
-            complete(E, m, t, now);
-        }
+        end_computes(E, now);
         if (P->reliable && now >= next_rto) { check_timeouts(E, now); next_rto = now + 1000000; }
         if (E->n_cc_running && now >= next_cc) { run_rate_timers(E, now); next_cc = now + P->cc_tick_ns; }
+        if (serve_kicks(E) < 0) { R->reason = 4; goto done; }
         int64_t wake = now + 50000000;
+        /* Which classes to top up: one once a quarter of its lead may have left at line rate (or
+         * it is empty, or a rate-limited queue pair of it is due). The departures it learns then
+         * and the frames it sends then go in one system call each, not one per frame, and three
+         * quarters of the lead still cover a stall. */
+        int n_serve = 0;
         for (int i = 0; i < nh; i++) {
             host_t *h = &E->hosts[i];
             int64_t lead = (int64_t)(h->bw_bps * P->lead_ns / 8e9);
@@ -1263,20 +1376,55 @@ int nic_run(const nic_plan *P, nic_result *R) {
                  * softirq work for the fabric interrupts it, and the pass's start would hide how
                  * long the NICs served last waited (their departures are later than it) */
                 int64_t now = mono_ns();
-                /* A class is topped up once a quarter of its lead may have left at line rate (or it
-                 * is empty, or a rate-limited queue pair of it is due): the departures it learns
-                 * then and the frames it sends then go in one system call each, not one per frame,
-                 * and three quarters of the lead still cover a stall. */
                 int64_t gone = (int64_t)((now - c->last_drain_ns) * h->bw_bps / 8e9);
                 int64_t low = lead - lead / 4;
+                c->serving = 0;
                 if (c->queued_bytes == 0 || c->queued_bytes - gone <= low || c->qp_due_ns <= now ||
                     now - c->last_drain_ns > DRAIN_MAX_NS) {
                     if (c->next_key != c->done_key && drain_departures(E, h, i, c) < 0) { R->reason = 4; goto done; }
                     c->last_drain_ns = now;
-                    int64_t w = fill_class(E, h, i, c, now, lead);
+                    c->serving = 1;
+                    n_serve++;
+                }
+            }
+        }
+        /* Serve them in rounds, each class's queue at most doubling per round (one frame when it
+         * is empty): one thread hands frames to every NIC, at 5-7 us of kernel time per frame and
+         * about 10 us per call here, so handing a whole lead to each NIC in turn left the NICs
+         * served last idle for hundreds of microseconds when many start together (measured:
+         * release to first frame 104 us median, 232 us p90, on 8 hosts of a ring). */
+        E->in_rounds = 1;
+        while (n_serve || E->new_serving) {
+            n_serve = 0;
+            E->new_serving = 0;
+            for (int i = 0; i < nh; i++) {
+                host_t *h = &E->hosts[i];
+                int64_t lead = (int64_t)(h->bw_bps * P->lead_ns / 8e9);
+                int64_t frame = HDR_LEN + P->payload_bytes;
+                for (int u = 0; u < h->n_cls_used; u++) {
+                    nic_class *c = &h->cls[h->cls_used[u]];
+                    if (!c->serving) continue;
+                    /* what arrived or ended meanwhile is handled between two NICs' turns, not
+                     * after the pass: a pass that tops up many NICs takes hundreds of us */
+                    if (between_turns(E) < 0) { R->reason = 4; goto done; }
+                    int64_t now = mono_ns();
+                    int capped;
+                    int64_t cap = c->queued_bytes + (c->queued_bytes > frame ? c->queued_bytes : frame);
+                    int64_t w = fill_class(E, h, i, c, now, lead, cap, &capped);
                     if (w < 0) { R->reason = 4; goto done; }
                     c->qp_due_ns = w;
+                    c->serving = capped;
+                    n_serve += capped;
                 }
+            }
+        }
+        E->in_rounds = 0;
+        for (int i = 0; i < nh; i++) {
+            host_t *h = &E->hosts[i];
+            int64_t lead = (int64_t)(h->bw_bps * P->lead_ns / 8e9);
+            int64_t low = lead - lead / 4;
+            for (int u = 0; u < h->n_cls_used; u++) {
+                nic_class *c = &h->cls[h->cls_used[u]];
                 if (c->qp_due_ns < wake) wake = c->qp_due_ns;
                 if (c->queued_bytes > 0) {
                     int64_t t = c->last_drain_ns + (int64_t)((c->queued_bytes - low) * 8e9 / h->bw_bps);
@@ -1289,14 +1437,19 @@ int nic_run(const nic_plan *P, nic_result *R) {
         if (E->n_cc_running && next_cc < wake) wake = next_cc;
         if (E->n_heap && E->heap_t[0] < wake) wake = E->heap_t[0];
         if (next_hb < wake) wake = next_hb;
-        /* Batch: at most one pass per batch_ns, so that each pass serves many frames. */
+        /* Batch: at most one pass per batch_ns, so that each pass serves many frames; but a
+         * message's last frame (the doorbell) or a compute step's end ends the wait at once:
+         * others may wait for them, and a GPU would post its next send then. */
         int64_t earliest = last_wake + P->batch_ns;
+        if (E->n_heap && E->heap_t[0] < earliest) earliest = E->heap_t[0];
         if (wake < earliest) wake = earliest;
         int64_t before = mono_ns();
         if (before < earliest) {
-            struct timespec ts = {earliest / 1000000000LL, earliest % 1000000000LL};
-            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+            struct timespec dto = {(earliest - before) / 1000000000LL, (earliest - before) % 1000000000LL};
+            int nd = epoll_pwait2(ep_door, evs, 256, &dto, NULL);
+            for (int i = 0; i < nd; i++) drain_door(P->host_door_fd[evs[i].data.u32]);
             before = mono_ns();
+            if (nd > 0) wake = before;
         }
         int64_t left = wake - before;
         struct timespec to = {0, 0};
@@ -1364,6 +1517,7 @@ done:
     }
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
+    if (old_slack > 0) prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
     rc = R->reason == 4 ? -1 : 0;
 out:
     if (E->ftx) fclose(E->ftx);
@@ -1372,13 +1526,14 @@ out:
     if (E->fgap) fclose(E->fgap);
     if (hb >= 0) close(hb);
     if (ep >= 0) close(ep);
+    if (ep_door >= 0) close(ep_door);
     if (E->hosts) for (int i = 0; i < nh; i++) if (E->hosts[i].ring) munmap(E->hosts[i].ring, E->hosts[i].ring_bytes);
     if (E->hosts) for (int i = 0; i < nh; i++) for (int c = 0; c < MAX_CLASSES; c++) {
         free(E->hosts[i].cls[c].pend); free(E->hosts[i].cls[c].flows);
     }
     if (E->flows) for (int i = 0; i < nf; i++) { free(E->flows[i].fifo); free(E->flows[i].start_psn); }
     free(E->hosts); free(E->flows); free(E->msg_npkts); free(E->waiting); free(E->heap_t); free(E->heap_m);
-    free(E->cc_running);
+    free(E->cc_running); free(E->kick); free(E->ready_ns);
     return rc;
 }
 

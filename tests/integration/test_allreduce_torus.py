@@ -179,3 +179,18 @@ def test_channels_spread_a_pairs_messages_over_queue_pairs_each_in_order(tmp_pat
     assert per_flow.max() - per_flow.min() <= 1 * 2   # the pair's messages alternate between channels
     assert rc_order_violations(pd.read_parquet(run_dir / "packets.parquet")) == 0
     assert summary_of(run_dir)["status"] == "ok"
+
+
+def test_a_message_is_released_when_its_last_dependency_completed(small_run):
+    """Released at the dependency's completion (its last frame's kernel receive stamp, or its
+    compute's end), not when the data plane got round to it: the time it takes to react is NIC
+    idling with work to send, judged by the host side of the verdict."""
+    raw = small_run["run_dir"] / "raw"
+    plan = json.loads((raw / "plan.json").read_text())
+    m = json.loads((raw / "messages.json").read_text())
+    release, complete = m["release_ns"], m["complete_ns"]
+    waiting = [(i, deps) for i, _flow, _bytes, deps, _dur in plan["messages"] if deps]
+    assert len(waiting) > 100
+    assert [i for i, deps in waiting if release[i] != max(complete[d] for d in deps)] == []
+    computes = [(i, dur) for i, flow, _bytes, _deps, dur in plan["messages"] if flow < 0]
+    assert [i for i, dur in computes if complete[i] != release[i] + dur] == []
