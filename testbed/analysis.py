@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from testbed import link_analysis, records
-from testbed import pipeline
-from testbed.collectives import bound_formula, bound_s, busbw_factor
+from testbed import bounds
+from testbed.bounds import dag_bound
+from testbed.collectives import Message, bound_formula, bound_s, busbw_factor
 from testbed.flow_analysis import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
 from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import pfc_events, qos_summary
@@ -82,6 +83,14 @@ def add_wire_times(msgs: pd.DataFrame, pkts: pd.DataFrame) -> None:
     msgs["first_depart_ns"] = first.reindex(msgs["msg"]).astype("Int64").to_numpy()
     msgs["nic_wait_ns"] = msgs["first_depart_ns"] - msgs["release_ns"]
     msgs["fct_ns"] = msgs["complete_ns"] - msgs["first_depart_ns"]
+
+
+def _iteration_messages(msgs: pd.DataFrame, plan: dict, iteration: int) -> list[Message]:
+    """One iteration's messages as planned (the schedule and the plan's dependencies)."""
+    deps = {m[0]: tuple(m[3]) for m in plan["messages"]}
+    return [Message(int(r.msg), iteration, int(r.step), r.src, r.dst, int(r.bytes), deps[int(r.msg)], op=r.op,
+                    duration_ns=int(r.duration_ns))
+            for r in msgs[msgs["iteration"] == iteration].itertuples()]
 
 
 def message_table(raw: Path) -> pd.DataFrame:
@@ -240,9 +249,11 @@ def analyze(run_dir: Path) -> dict:
     S = sc["workload"]["bytes_per_rank"]
     workload = sc["workload"]["type"]
     tags = msgs["tag"] if "tag" in msgs else pd.Series("collective", index=msgs.index)
+    bound_terms = None
     if workload == "pipeline":
         job = pipeline_job(Scenario.from_dict(sc))
-        bound, formula = pipeline.bound_s(job, bw_bps), pipeline.BOUND_FORMULA
+        dag = dag_bound(_iteration_messages(msgs, plan, 0), bw_bps)
+        bound, formula, bound_terms = dag.bound_s, bounds.FORMULA, dataclasses.asdict(dag) | {"binding": dag.binding}
     elif workload in ("chakra", "simai"):
         # a trace has no closed-form cost: its busiest NIC's bytes at line rate bound it from below
         net = msgs[(msgs["iteration"] == 0) & (msgs["op"] != "compute")]
@@ -357,6 +368,7 @@ def analyze(run_dir: Path) -> dict:
         "timings_s": manifest["timings_s"],
         "collective": {
             "algorithm": workload, "ranks": n, "bytes_per_rank": S, "bound_formula": formula,
+            "bound_terms": bound_terms,
             "link_bw_mbps": sc["fabric"]["bw_mbps"],
             "iterations": len(iters), "iterations_complete": int(iters["complete"].sum()),
             "time_s": [None if np.isnan(t) else float(t) for t in iters["time_s"]],

@@ -128,14 +128,3 @@ def _p2p(b: ScheduleBuilder, step: int, src: str, dst: str, nbytes: int, after: 
     mid = len(b.msgs)
     b.msgs.append(Message(mid, b.iteration, step, src, dst, nbytes, (after,), micro, "collective", "p2p"))
     return mid
-
-
-def bound_s(job: PipelineJob, bw_bps: float) -> float:
-    """1F1B's step time with no contention: (m + p - 1) slots of one forward, one backward and
-    their two transfers, plus a ring AllReduce of a stage's gradients when dp > 1."""
-    slot = (job.fwd_ns + job.bwd_ns) / 1e9 + 2 * job.activation_bytes * 8 / bw_bps
-    ar = 2 * (job.dp - 1) / job.dp * job.grad_bytes_per_stage * 8 / bw_bps if job.dp > 1 else 0.0
-    return (job.microbatches + job.pp - 1) * slot + ar
-
-
-BOUND_FORMULA = "(m+p-1)(tf+tb+2A/B) + 2(d-1)/d G/B"
