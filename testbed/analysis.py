@@ -504,11 +504,18 @@ def analyze(run_dir: Path) -> dict:
             f"the engine's receive sockets dropped {tr['agents']['receiver_socket_drops']} packets: "
             f"the traffic agents could not keep up")
         summary["fidelity"]["verdict"] = "could_not_keep_up"
-    summary["fidelity"]["valid"] = summary["fidelity"]["verdict"] == "kept_up"
+    fid = summary["fidelity"]
+    if fid["verdict"] == "kept_up" and not link_fid["busy_links"]:
+        # nothing failed, but nothing was judged either: a starved fabric is not a faithful one
+        fid["verdict"] = "not_judged"
+        fid["notes"].append(f"too little was busy to judge: no link was backlogged in "
+                            f"{link_fid['min_backlogged_intervals']} or more sampling intervals")
+    fid["valid"] = fid["verdict"] == "kept_up"
     summary["git_commit"] = manifest.get("git_commit")
-    # the scenario's own expectations, on the finished summary
-    summary["expectations"] = check_expectations(summary, sc.get("expect", []))
-    broken = [e for e in summary["expectations"] if not e["ok"]]
+    # the scenario's own expectations, on the finished summary; a performance expectation is not
+    # judged on a run the emulation did not run faithfully
+    summary["expectations"] = check_expectations(summary, sc.get("expect", []), fid["valid"])
+    broken = [e for e in summary["expectations"] if e["ok"] is False]
     if broken:
         summary["problems"] += [f"expectation failed: {e['metric']} {e['op']} {e['expected']} "
                                 f"(is {e['actual']}{', ' + e['why'] if e['why'] else ''})" for e in broken]

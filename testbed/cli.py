@@ -1,5 +1,6 @@
 """Command line: `python -m testbed run NAME [--set section.field=value ...]`, `analyze RUN_DIR`,
-`list`, `clean`. Exit codes: 0 ok, 1 the run failed or regressed, 2 bad input, 3 busy."""
+`list`, `clean`. Exit codes: 0 ok, 1 the run failed or regressed, 2 bad input, 3 busy, 4 inconclusive
+(nothing failed, but the emulation did not run faithfully, or too little was busy to judge it)."""
 from __future__ import annotations
 
 import argparse
@@ -109,7 +110,8 @@ def print_summary(s: dict, run_dir: Path) -> None:
             e.add_column(col)
         for x in s["expectations"]:
             e.add_row(x["metric"], f"{x['op']} {x['expected']}", str(x["actual"]),
-                      "[green]ok[/]" if x["ok"] else f"[bold red]FAILED[/] {x['why']}")
+                      "[green]ok[/]" if x["ok"] else f"[bold red]FAILED[/] {x['why']}" if x["ok"] is False
+                      else f"[yellow]not judged[/] {x['why']}")
         console.print(e)
     if s["status"] == "deadlock":
         cycle = " -> ".join(f"{m['port']}[{m['class']}]" for m in q["pfc"]["deadlock"]["cycle"])
@@ -117,6 +119,9 @@ def print_summary(s: dict, run_dir: Path) -> None:
     print_fidelity(fid)
     if s["problems"]:
         console.print(f"[bold red]FAILED[/]: {'; '.join(s['problems'])}")
+    elif not fid["valid"]:
+        console.print("[bold yellow]INCONCLUSIVE[/]: nothing failed, but this run is no result: the emulation "
+                      "did not run the configured fabric faithfully (exit 4)")
     else:
         console.print("[bold green]OK[/]")
     console.print(f"results: {run_dir}" + (f" (report: {run_dir / 'report.html'})"
@@ -132,11 +137,20 @@ def print_fidelity(fid: dict) -> None:
               f"{lf['interval_ms']:.0f} ms intervals (needs {lf['min_share']:.0%})" if lf.get("busy_links")
               else "no link was busy long enough to judge its drain rate")
     detail += f"; machine CPU idle {idle:.0%}" if idle is not None else ""
-    if fid.get("valid", fid["verdict"] == "kept_up"):
+    if fid["verdict"] == "kept_up":
         console.print(f"[bold green]FIDELITY VALID[/]: {detail}")
+    elif fid["verdict"] == "not_judged":
+        console.print(f"[bold yellow]FIDELITY NOT JUDGED[/]: {'; '.join(fid['notes'])}")
     else:
         console.print(f"[bold yellow]FIDELITY INVALID[/]: the emulation could not keep up, so these numbers may "
                       f"not be the configured fabric's: {'; '.join(fid['notes'])}")
+
+
+def exit_code(summary: dict) -> int:
+    """1 when a check failed, else 4 when the run is no result (not faithful, or not judged), else 0."""
+    if summary["status"] != "ok":
+        return 1
+    return 0 if summary["fidelity"]["valid"] else 4
 
 
 def cmd_run(args) -> int:
@@ -148,7 +162,7 @@ def cmd_run(args) -> int:
     run_dir = runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"))
     summary = analysis.analyze(run_dir)
     print_summary(summary, run_dir)
-    return 0 if summary["status"] == "ok" else 1
+    return exit_code(summary)
 
 
 def _run_dir(target: str) -> Path:
@@ -169,7 +183,7 @@ def cmd_analyze(args) -> int:
     run_dir = _run_dir(args.run)
     summary = analysis.analyze(run_dir)
     print_summary(summary, run_dir)
-    return 0 if summary["status"] == "ok" else 1
+    return exit_code(summary)
 
 
 def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
@@ -202,6 +216,10 @@ def cmd_baseline(args) -> int:
         run_dir = _run_dir(args.run)
         summary = analysis.analyze(run_dir)
     else:
+        from testbed.probe import git_commit
+        why = regress.unrecordable({"git_commit": git_commit()})
+        if why:  # before anything runs
+            raise RunFailed(f"baselines are recorded only from a clean tree: {why}")
         run_dir, summary = _run_faithfully(args.name, [])
     if summary["scenario"] != args.name:
         raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {args.name}")
@@ -211,6 +229,9 @@ def cmd_baseline(args) -> int:
         console.print(f"[bold yellow]inconclusive[/]: {run_dir} could not keep up "
                       f"({'; '.join(summary['fidelity']['notes'])}): not stored as a baseline")
         return 4
+    why = regress.unrecordable(summary)
+    if why:
+        raise RunFailed(f"{run_dir} is not stored as a baseline: {why}")
     path = regress.save_baseline(summary)
     console.print(f"baseline for {args.name} stored in {path} (run {summary['run_id']})")
     return 0
@@ -239,13 +260,19 @@ def cmd_regress(args) -> int:
         rows = []
         for e in s["expectations"]:
             rows.append((e["metric"], f"{e['op']} {num(e['expected'])}", "", num(e["actual"]),
-                         "ok" if e["ok"] else "regressed"))
+                         "ok" if e["ok"] else "regressed" if e["ok"] is False else "not judged"))
         base = regress.load_baseline(n)
+        if base and regress.unrecordable(base):
+            console.print(f"[yellow]{n}: its baseline ({base['run_id']}) is not of a clean commit: "
+                          f"{regress.unrecordable(base)}; record it again with `testbed baseline {n}`[/]")
         overrides = {t.metric: (t.rel, t.abs) for t in scenarios[n].tolerance}
         for c in regress.compare(s, base, overrides) if base else []:
             rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
-        if s["status"] not in ("ok", "regressed"):
-            rows.append(("status", "ok", "", s["status"], "regressed"))
+        # a run that failed outside its expectations (traffic stalled, a deadlock, lost or
+        # unaccounted packets) fails as itself, named, whatever its baseline tracks
+        others = [p for p in s["problems"] if not p.startswith("expectation failed")]
+        if others:
+            rows.append(("problems", "none", "", "; ".join(others), "regressed"))
         failed[n] = [r[0] for r in rows if r[4] != "ok"]
         verdicts[n] = regress.verdict(failed[n], s["fidelity"]["verdict"] == "kept_up",
                                       regress.lost_to_the_emulator(s))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import re
 import subprocess
 import time
 from functools import partial
@@ -99,6 +100,17 @@ class EmulatedFabric:
                                                                "hard_age=", "table=0"))]
                 rules.append({"rule": ", ".join(keep), "n_packets": int(stats.get("n_packets", 0))})
             out[s.name] = rules
+        return out
+
+    def group_stats(self) -> dict[str, list[dict]]:
+        """Every switch's groups and the ports their buckets output to: {switch: [{group_id,
+        out_ports}]} (ECMP's select groups hold the routes flow entries only point at)."""
+        out = {}
+        for s in self.fabric.switches:
+            text = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", s.name],
+                                  capture_output=True, text=True, check=True).stdout
+            out[s.name] = [{"group_id": int(m.group(1)), "out_ports": [int(x) for x in re.findall(r"output:(\d+)", line)]}
+                           for line in text.splitlines() if (m := re.match(r"\s+group_id=(\d+),", line))]
         return out
 
     def ovs_socket_drops(self) -> dict[str, int]:

@@ -108,5 +108,5 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
                 "paused_hosts": sorted(set(pauses["node"]) & hosts) if len(pauses) else [],
                 "reaction_us": agent["reaction_us"], "watchdog_fired": agent["watchdog_fired"],
                 "paused_time": paused_time(events),
-                "deadlock": agent["deadlock"]},
+                "deadlock": agent["deadlock"], "deadlocked": agent["deadlock"] is not None},
     }

@@ -179,9 +179,11 @@ def blocks(s: dict, drawn: list[str]) -> list[tuple]:
     out: list[tuple] = [("h", 1, f"{s['scenario']}: {s['status'].upper()}")]
     out.append(("p", f"Run {s['run_id']}, commit {s.get('git_commit') or '-'}, datapath "
                      f"{s['mechanisms'].get('datapath', '-')}."))
-    valid = fid.get("valid", fid["verdict"] == "kept_up")
-    verdict = ("VALID: the emulation kept up" if valid else "INVALID: the emulation could not keep up; "
-               "the numbers below may not be the configured fabric's")
+    verdict = {"kept_up": "VALID: the emulation kept up",
+               "not_judged": "NOT JUDGED: too little was busy to tell whether the emulation kept up; "
+                             "the numbers below are no result"}.get(
+        fid["verdict"], "INVALID: the emulation could not keep up; the numbers below may not be the "
+                        "configured fabric's")
     out.append(("h", 2, f"Fidelity: {verdict}"))
     rows = [("busy links judged", _num(lf.get("busy_links"))),
             ("drain within tolerance, worst link / all", f"{_num(lf.get('worst_share'), '{:.1%}')} / "
@@ -201,7 +203,8 @@ def blocks(s: dict, drawn: list[str]) -> list[tuple]:
     if s.get("expectations"):
         out.append(("h", 2, "Expectations"))
         out.append(("table", ("metric", "expected", "actual", "verdict"),
-                    [(e["metric"], f"{e['op']} {e['expected']}", _num(e["actual"]), "ok" if e["ok"] else "FAILED")
+                    [(e["metric"], f"{e['op']} {e['expected']}", _num(e["actual"]),
+                      "ok" if e["ok"] else "FAILED" if e["ok"] is False else "not judged")
                      for e in s["expectations"]]))
     out.append(("h", 2, "Workload"))
     rows = [("workload", f"{col['algorithm']}, {col['ranks']} ranks, {col['bytes_per_rank']} B per rank, "
@@ -278,7 +281,7 @@ def to_html(bl: list[tuple], run_dir: Path) -> str:
         if b[0] == "h":
             cls = ""
             if b[2].startswith("Fidelity:"):
-                cls = ' class="ok"' if "VALID:" in b[2] and "INVALID" not in b[2] else ' class="bad"'
+                cls = ' class="ok"' if b[2].startswith("Fidelity: VALID:") else ' class="bad"'
             body.append(f"<h{b[1]}{cls}>{e(b[2])}</h{b[1]}>")
         elif b[0] == "p":
             body.append(f"<p>{e(b[1])}</p>")

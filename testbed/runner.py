@@ -186,6 +186,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                                     f"{agent.log_tail()}")
                 (raw / "ovs_socket_drops_end.json").write_text(json.dumps(net.ovs_socket_drops()))
                 (raw / "flows_end.json").write_text(json.dumps(net.flow_stats()))
+                (raw / "groups_end.json").write_text(json.dumps(net.group_stats()))
         finally:
             timings.update(net.timings)
     timings["total"] = time.monotonic() - t0

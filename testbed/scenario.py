@@ -557,6 +557,11 @@ def _check_expect(where: str, i: int, e: ExpectSpec) -> ExpectSpec:
         raise InputError(where, f"{at}.metric", f"expected a dotted path into summary.json, got {e.metric!r}")
     if (e.value is None) == (not e.than):
         raise InputError(where, at, "give exactly one of value and than")
+    from testbed.regress import DERIVED
+    if e.metric in DERIVED or e.than in DERIVED:
+        raise InputError(where, f"{at}.metric", f"{e.metric if e.metric in DERIVED else e.than} is derived from "
+                         f"the run's checks: expect the check itself (e.g. qos.pfc.deadlocked, "
+                         f"collective.iterations_complete, packets.lost)")
     if e.than and not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$", e.than):
         raise InputError(where, f"{at}.than", f"expected a dotted path into summary.json, got {e.than!r}")
     if e.value is not None:

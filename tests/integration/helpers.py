@@ -44,3 +44,12 @@ def run_dirs(results: Path) -> list[Path]:
 
 def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def assert_ran(out: subprocess.CompletedProcess) -> None:
+    """A run or analysis in which nothing failed: exit 0 and OK when the emulation ran the fabric
+    faithfully, exit 4 and INCONCLUSIVE when it did not (or too little was busy to judge), as on a
+    loaded 2-core machine; never OK then."""
+    assert out.returncode in (0, 4), out.stdout + out.stderr
+    assert ("\nOK\n" in out.stdout) == (out.returncode == 0), out.stdout
+    assert out.returncode == 0 or "INCONCLUSIVE: nothing failed" in out.stdout, out.stdout

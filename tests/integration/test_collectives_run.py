@@ -3,7 +3,7 @@ moves the bytes its cost model says, and the results carry per-iteration times a
 import pandas as pd
 import pytest
 
-from helpers import SMALL, run_dirs, run_testbed, summary_of
+from helpers import SMALL, assert_ran, run_dirs, run_testbed, summary_of
 from testbed.collectives import SEND_FRACTION
 from testbed.packets import HEADER_BYTES
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.root
 @pytest.mark.parametrize("algo", ["halving_doubling", "torus2d_allreduce", "allgather", "reducescatter", "alltoall"])
 def test_collective_runs_and_moves_the_cost_models_bytes(tmp_path, algo):
     out = run_testbed(tmp_path, "run", "allreduce-torus", *SMALL, "--set", f"workload.type={algo}")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
     assert s["status"] == "ok" and s["collective"]["algorithm"] == algo

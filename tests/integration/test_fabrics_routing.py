@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from helpers import run_dirs, run_testbed, summary_of
+from helpers import assert_ran, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -22,7 +22,7 @@ def test_ecmp_spreads_16_inter_pod_flows_over_every_core(tmp_path):
                       "--set", "workload.shift=4", "--set", "workload.bytes_per_rank=512KiB",
                       "--set", "workload.iterations=1", "--set", "fabric.queue_limit_bytes=8MiB",
                       "--set", "transport.rto_ms=3000")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
     assert s["status"] == "ok"
@@ -40,7 +40,7 @@ def test_ecmp_spreads_16_inter_pod_flows_over_every_core(tmp_path):
 def test_dateline_moves_packets_to_the_second_virtual_channel(tmp_path):
     out = run_testbed(tmp_path, "run", "allreduce-torus3d", "--set", "workload.bytes_per_rank=256KiB",
                       "--set", "workload.iterations=1")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     flows = json.loads((run_dir / "raw" / "flows_end.json").read_text())
     to_vc1 = sum(r["n_packets"] for rules in flows.values() for r in rules if "set_field:27->ip_dscp" in r["rule"])
@@ -54,7 +54,7 @@ def test_dateline_moves_packets_to_the_second_virtual_channel(tmp_path):
 
 def test_collective_completes_after_a_link_on_its_ring_fails(tmp_path):
     out = run_testbed(tmp_path, "run", "linkfail-torus3d", "--set", "workload.iterations=2")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
     assert s["status"] == "ok" and s["collective"]["iterations_complete"] == 2
@@ -79,7 +79,7 @@ def test_k8_fat_tree_starts_with_the_full_qos_stack(tmp_path):
                       "--set", "workload.bytes_per_rank=64KiB", "--set", "workload.iterations=1",
                       "--set", "qos.ecn=true", "--set", "transport.cc=dcqcn",
                       "--set", "run.routes_ready_timeout_s=120", "--set", "run.report=false", timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
     assert s["status"] == "ok" and s["packets"]["lost"] == 0

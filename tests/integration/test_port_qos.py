@@ -9,7 +9,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from helpers import ROOT, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
+from helpers import ROOT, assert_ran, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -17,7 +17,10 @@ pytestmark = pytest.mark.root
 def run_one(tmp_path, name, *sets, expect_rc=0):
     args = [a for s in sets for a in ("--set", s)]
     out = run_testbed(tmp_path, "run", name, *args)
-    assert out.returncode == expect_rc, out.stdout + out.stderr
+    if expect_rc == 0:
+        assert_ran(out)
+    elif expect_rc is not None:
+        assert out.returncode == expect_rc, out.stdout + out.stderr
     run_dir = run_dirs(tmp_path)[-1]
     return run_dir, summary_of(run_dir)
 
@@ -92,9 +95,15 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
 def test_priority_queuing_protects_allreduce_from_bulk(tmp_path):
     _, mix = run_one(tmp_path, "priority-mix")
     _, alone = run_one(tmp_path, "priority-mix", "workload.bulk_shift=0")
-    _, fifo = run_one(tmp_path, "priority-mix", "qos.scheduling=fifo", expect_rc=1)  # priority sabotaged
-    assert fifo["status"] == "regressed"
-    assert "collective.bound_ratio" in {e["metric"] for e in fifo["expectations"] if not e["ok"]}
+    _, fifo = run_one(tmp_path, "priority-mix", "qos.scheduling=fifo", expect_rc=None)  # priority sabotaged
+    # the scenario's expectation catches the sabotage: as a regression on a faithful run; on one
+    # the machine could not run faithfully it is a performance metric not judged (exit 4), which
+    # says it would have failed
+    (bound,) = [e for e in fifo["expectations"] if e["metric"] == "collective.bound_ratio"]
+    if fifo["fidelity"]["valid"]:
+        assert fifo["status"] == "regressed" and bound["ok"] is False, bound
+    else:
+        assert bound["ok"] is None and bound["why"].endswith("(it would have failed)"), bound
     assert mix["status"] == alone["status"] == "ok"
     t_alone, t_mix, t_fifo = (x["collective"]["mean_time_s"] for x in (alone, mix, fifo))
     bulk = [b for b in mix["background"] if b["tag"] == "bulk"]
@@ -128,7 +137,7 @@ def test_controller_changes_the_policy_at_run_time(tmp_path):
         text + '\n[[policy_changes]]\nat_s = 0.25\nclass_name = "roce"\nfield = "ecn"\nvalue = false\n')
     out = subprocess.run(cli_argv("run", "ecn-change"), cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**env_with_results(tmp_path), "TESTBED_SCENARIO_DIR": str(scenarios)})
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     run_dir = run_dirs(tmp_path)[-1]
     ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in ctl]

@@ -1,6 +1,7 @@
 """Reliability and safety on real runs (root): random kills leave nothing behind, controller
 loss is noticed, a failed switch is routed around, and user text never reaches a shell."""
 import json
+import re
 import os
 import random
 import signal
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, SMALL, bridges, cli_argv, env_with_results, fabric_interfaces, run_dirs, run_testbed, \
-    summary_of
+from helpers import ROOT, SMALL, assert_ran, bridges, cli_argv, env_with_results, fabric_interfaces, run_dirs, \
+    run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -102,7 +103,7 @@ def test_switches_keep_forwarding_when_asked_to_survive_controller_loss(tmp_path
     text = SMALL_TORUS.replace("[fabric]", "[controller]\nsurvive_controller_loss = true\n[fabric]") + \
         '\n[[faults]]\nat_s = 0.3\naction = "controller_kill"\n'
     out = run_custom(tmp_path, "ctlsurvive", text)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     (run_dir,) = run_dirs(tmp_path / "results")
     s = summary_of(run_dir)
     assert s["status"] == "ok" and s["collective"]["iterations_complete"] == 2
@@ -126,16 +127,28 @@ action = "switch_down"
 switch = "c0_0"
 """
     out = run_custom(tmp_path, "coredown", text)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     (run_dir,) = run_dirs(tmp_path / "results")
     s = summary_of(run_dir)
     assert s["status"] == "ok"
     (fault,) = s["faults"]
     assert fault["switch"] == "c0_0" and len(fault["links"]) == 4 and fault["reroute_ms"] is not None
-    # after the failure no route points at c0_0 any more
-    flows = json.loads((run_dir / "raw" / "flows_end.json").read_text())
-    assert s["switch_tx_packets"]["c0_0"] < s["switch_tx_packets"]["c1_1"]
-    assert flows
+    # c0_0 carried traffic before it failed, and after the failure no route points at it any more:
+    # no flow entry of its neighbours outputs to their port toward it, directly or through the
+    # ECMP group it names
+    assert 0 < s["switch_tx_packets"]["c0_0"] < s["switch_tx_packets"]["c1_1"]
+    raw = run_dir / "raw"
+    links = json.loads((raw / "fabric.json").read_text())["links"]
+    toward = {(ln["b"], ln["b_port"]) if ln["a"] == "c0_0" else (ln["a"], ln["a_port"])
+              for ln in links if "c0_0" in (ln["a"], ln["b"])}
+    flows, groups = (json.loads((raw / f).read_text()) for f in ("flows_end.json", "groups_end.json"))
+    assert len(toward) == 4 and any(len(g["out_ports"]) > 1 for gs in groups.values() for g in gs)  # ECMP
+    for sw, port in sorted(toward):
+        bucket_ports = {g["group_id"]: g["out_ports"] for g in groups[sw]}
+        for r in flows[sw]:
+            outs = [int(x) for x in re.findall(r"output:(\d+)", r["rule"])]
+            outs += [p for g in re.findall(r"group:(\d+)", r["rule"]) for p in bucket_ports[int(g)]]
+            assert port not in outs, (sw, port, r["rule"], bucket_ports)
 
 
 @pytest.mark.parametrize("name", ["$(touch /tmp/tb-pwned)", "a;touch /tmp/tb-pwned", "`touch /tmp/tb-pwned`"])
@@ -150,7 +163,7 @@ def test_shell_metacharacters_in_fields_never_reach_a_shell(tmp_path):
     evil = f"$(touch {marker}); `touch {marker}` | touch {marker} & touch {marker}"
     text = f'description = "{evil}"\n' + SMALL_TORUS
     out = run_custom(tmp_path, "evil", text, "--set", "workload.iterations=1")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     for field in ("controller.routing", "fabric.topology", "workload.type"):
         out = run_custom(tmp_path, "evil", text, "--set", f"{field}={evil}")
         assert out.returncode == 2 and "--set" in out.stdout

@@ -11,7 +11,7 @@ import pytest
 from scapy.contrib.roce import BTH
 from scapy.utils import rdpcap
 
-from helpers import run_dirs, run_testbed, summary_of
+from helpers import assert_ran, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -22,7 +22,7 @@ BUFFER_BYTES = 4 << 20      # and its RoCE class buffer
 def run_one(tmp_path, name, *sets):
     args = [a for s in sets for a in ("--set", s)]
     out = run_testbed(tmp_path, "run", name, *args)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     run_dir = run_dirs(tmp_path)[-1]
     return run_dir, summary_of(run_dir)
 

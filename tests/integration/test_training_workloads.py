@@ -1,9 +1,12 @@
 """Training workloads as real traffic (root): 1F1B pipelines with and without data parallelism, and
 SimAI and Chakra traces, complete with per-iteration times, phases and the scale they ran at."""
+import json
+
 import pandas as pd
 import pytest
 
-from helpers import run_dirs, run_testbed, summary_of
+from helpers import assert_ran, run_dirs, run_testbed, summary_of
+from testbed.packets import HEADER_BYTES
 
 pytestmark = pytest.mark.root
 
@@ -11,13 +14,19 @@ pytestmark = pytest.mark.root
 def run_one(tmp_path, name, *sets):
     args = [a for s in sets for a in ("--set", s)]
     out = run_testbed(tmp_path, "run", name, *args)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert_ran(out)
     run_dir = run_dirs(tmp_path)[-1]
     s = summary_of(run_dir)
     assert s["status"] == "ok", s["problems"]
     c = s["collective"]
     assert c["iterations_complete"] == c["iterations"] >= 2 and all(t > 0 for t in c["time_s"])
-    assert c["bound_s"] > 0 and c["bound_ratio"] > 0
+    # a bound is a bound: no iteration beats it by more than the host NIC's shaper burst lets each
+    # transfer on its critical path (at most every transfer) start early (testbed/bounds.py)
+    sc = json.loads((run_dir / "manifest.json").read_text())["scenario"]
+    frame_s = (sc["workload"]["payload_bytes"] + HEADER_BYTES) * 8 / (sc["fabric"]["bw_mbps"] * 1e6)
+    burst_s = sc["fabric"]["nic_burst_frames"] * frame_s * c["transfers"]
+    assert c["bound_s"] > 0 and all(t >= c["bound_s"] - burst_s for t in c["time_s"]), (c["time_s"], c["bound_s"],
+                                                                                         burst_s)
     return run_dir, s
 
 
@@ -49,18 +58,18 @@ def test_pipeline_training_steps(tmp_path, name, sets, stages, replicas, lossles
     assert msgs["complete"].all()
 
 
-@pytest.mark.parametrize("name,transfers,collectives,min_ratio", [
+# how close each comes to its bound is the benchmark's to measure (make bench), not a floor here
+@pytest.mark.parametrize("name,transfers,collectives", [
     # two ring AllReduces (16 and 64 MiB / 64) over 8 ranks: 2 x 2(N-1) x N messages
     ("simai-microallreduce", 2 * 2 * 7 * 8, [("layer0 fwd allreduce tp0", 2 * 7 * (256 << 10)),
-                                             ("layer1 fwd allreduce tp0", 2 * 7 * (1 << 20))], 0.7),
-    ("chakra-ring8", 14 * 8, [], 0.7),                                   # the trace's own sends: 14 per rank
-    ("chakra-allreduce16", 2 * 15 * 16, [("allreduce (rank 0 node 0)", 2 * 15 * (1 << 20))], 0.4),
+                                             ("layer1 fwd allreduce tp0", 2 * 7 * (1 << 20))]),
+    ("chakra-ring8", 14 * 8, []),                                        # the trace's own sends: 14 per rank
+    ("chakra-allreduce16", 2 * 15 * 16, [("allreduce (rank 0 node 0)", 2 * 15 * (1 << 20))]),
 ])
-def test_trace_replays(tmp_path, name, transfers, collectives, min_ratio):
+def test_trace_replays(tmp_path, name, transfers, collectives):
     run_dir, s = run_one(tmp_path, name, "workload.iterations=2")
     c = s["collective"]
     assert s["packets"]["lost"] == 0 and c["trace"].startswith("traces/")
     assert c["transfers"] == transfers
     assert [(x["name"], x["bytes_per_iteration"]) for x in c.get("collectives", [])] == collectives
     assert all(len(x["time_s"]) == 2 and all(t > 0 for t in x["time_s"]) for x in c.get("collectives", []))
-    assert c["bound_ratio"] >= min_ratio, c  # measured: 0.96, 0.95, 0.64-0.72

@@ -4,7 +4,7 @@ import pytest
 from testbed.regress import MISSING, baseline_of, check_expectations, compare, metric
 
 SUMMARY = {"scenario": "x", "run_id": "r1", "status": "ok",
-           "collective": {"bound_ratio": 0.9, "mean_time_s": 1.0, "time_s": [1.0, 2.0]},
+           "collective": {"bound_ratio": 0.9, "mean_time_s": 1.0, "time_s": [1.0, 2.0], "iterations_complete": 2},
            "packets": {"lost": 0, "retransmitted": 10},
            "latency_by_dscp_us": {"26": {"p50": 100.0, "p99": 400.0}, "0": {"p50": 300.0}}}
 
@@ -22,32 +22,52 @@ def test_expectations():
         {"metric": "packets.lost", "op": "==", "value": 1},
         {"metric": "latency_by_dscp_us.26.p99", "op": "<", "than": "latency_by_dscp_us.0.p50"},
         {"metric": "latency_by_dscp_us.26.p50", "op": "<", "than": "latency_by_dscp_us.0.p50"},
-        {"metric": "status", "op": "==", "value": "ok"},
+        {"metric": "collective.iterations_complete", "op": "==", "value": 2},
         {"metric": "queue.p99", "op": "<", "value": 1},
         {"metric": "latency_by_dscp_us.26.p50", "op": "<", "than": "latency_by_dscp_us.46.p50"},
     ])
     assert [r["ok"] for r in res] == [True, False, False, True, True, False, True]
     assert res[5]["why"] == "not in the summary" and res[6]["why"].startswith("not applicable")
     assert res[2]["actual"] == 400.0 and res[2]["than_value"] == 300.0
+    assert [r["class"] for r in res] == ["performance", "policy", "performance", "performance", "policy",
+                                         "policy", "performance"]
+
+
+def test_performance_expectations_are_not_judged_on_an_unfaithful_run_and_policy_ones_are():
+    expects = [{"metric": "collective.bound_ratio", "op": ">=", "value": 0.95},      # fails
+               {"metric": "collective.mean_time_s", "op": "<", "value": 2.0},        # passes
+               {"metric": "packets.lost", "op": "==", "value": 1},                   # fails
+               {"metric": "collective.iterations_complete", "op": "==", "value": 2}]  # passes
+    faithful = check_expectations(SUMMARY, expects, fidelity_valid=True)
+    assert [r["ok"] for r in faithful] == [False, True, False, True]
+    unfaithful = check_expectations(SUMMARY, expects, fidelity_valid=False)
+    assert [r["ok"] for r in unfaithful] == [None, None, False, True]
+    assert unfaithful[0]["why"].endswith("(it would have failed)")
+    assert unfaithful[1]["why"].endswith("(it would have passed)")
 
 
 def test_baseline_comparison_uses_direction_and_tolerance():
     base = baseline_of(SUMMARY)
     assert base["metrics"] == {"collective.bound_ratio": 0.9, "collective.mean_time_s": 1.0, "packets.lost": 0,
-                               "packets.retransmitted": 10, "status": "ok"}
+                               "packets.retransmitted": 10, "collective.iterations_complete": 2}
     same = {r["metric"]: r["verdict"] for r in compare(SUMMARY, base)}
     assert set(same.values()) == {"ok"}
-    worse = {**SUMMARY, "collective": {"bound_ratio": 0.79, "mean_time_s": 1.14}, "packets": {"lost": 6,
-                                                                                               "retransmitted": 111}}
+    worse = {**SUMMARY, "collective": {"bound_ratio": 0.79, "mean_time_s": 1.14, "iterations_complete": 1},
+             "packets": {"lost": 6, "retransmitted": 111}}
     rows = {r["metric"]: r for r in compare(worse, base)}
     assert rows["collective.bound_ratio"]["verdict"] == "regressed"      # below 0.9 - 10%
     assert rows["collective.bound_ratio"]["limit"] == pytest.approx(0.81)
     assert rows["collective.mean_time_s"]["verdict"] == "ok"             # within +15%
     assert rows["packets.lost"]["verdict"] == "regressed"                # 0 + 5 allowed
     assert rows["packets.retransmitted"]["verdict"] == "regressed"       # max(5, 100) over 10
-    better = {**SUMMARY, "collective": {"bound_ratio": 0.99, "mean_time_s": 0.5}}
-    assert {r["verdict"] for r in compare(better, base)} >= {"ok"}
-    assert {r["metric"]: r["verdict"] for r in compare({**SUMMARY, "status": "failed"}, base)}["status"] == "regressed"
+    assert rows["collective.iterations_complete"]["verdict"] == "regressed"  # one of two completed
+    better = {**SUMMARY, "collective": {"bound_ratio": 0.99, "mean_time_s": 0.5, "iterations_complete": 2}}
+    assert {r["verdict"] for r in compare(better, base)} == {"ok"}
+    # status is derived from the checks, never tracked itself; a deadlock is tracked as such
+    assert "status" not in base["metrics"]
+    calm = {**SUMMARY, "qos": {"pfc": {"deadlocked": False, "pauses": 100}}}
+    stuck = {**SUMMARY, "qos": {"pfc": {"deadlocked": True, "pauses": 100}}}
+    assert {r["metric"]: r["verdict"] for r in compare(stuck, baseline_of(calm))}["qos.pfc.deadlocked"] == "regressed"
     marked = {**SUMMARY, "qos": {"ecn": {"marked": 1000}}}
     base_m = baseline_of(marked)
     assert {r["metric"]: r["verdict"] for r in compare({**SUMMARY, "qos": {"ecn": {"marked": 0}}}, base_m)}[
@@ -80,7 +100,8 @@ def test_verdict_separates_policy_from_performance_on_an_emulation_that_fell_beh
     assert verdict(["collective.bound_ratio", "latency_by_class_us.roce.p50_us",
                     "transport.steady_state.bottleneck_queue.p99_bytes"], False) == "inconclusive"
     assert verdict(["qos.ecn.marked"], False) == "regressed"        # no marks is the policy, not the machine
-    assert verdict(["status", "collective.bound_ratio"], False) == "regressed"
+    assert verdict(["problems", "collective.bound_ratio"], False) == "regressed"   # a stalled run
+    assert verdict(["collective.iterations_complete"], False) == "regressed"   # a policy metric under collective.
 
 
 def test_losses_the_emulator_explains_are_inconclusive_only_on_an_unfaithful_run():
@@ -111,3 +132,13 @@ def test_a_scenarios_own_tolerance_replaces_the_default_and_keeps_its_direction(
     rows = {r["metric"]: r for r in compare({**SUMMARY, "collective": {"bound_ratio": 0.9, "mean_time_s": 1.12}},
                                             base, {"collective.mean_time_s": (0.10, 0.0)})}
     assert rows["collective.mean_time_s"]["verdict"] == "regressed"
+
+
+def test_a_baseline_is_recorded_only_from_a_clean_commit(tmp_path):
+    from testbed.regress import save_baseline, unrecordable
+    clean = {**SUMMARY, "git_commit": "a" * 40}
+    assert unrecordable(clean) is None and save_baseline(clean, tmp_path).exists()
+    for commit in ("a" * 40 + "-dirty", None):
+        with pytest.raises(ValueError, match="uncommitted|no git commit"):
+            save_baseline({**SUMMARY, "scenario": "y", "git_commit": commit}, tmp_path)
+    assert not (tmp_path / "y.json").exists()

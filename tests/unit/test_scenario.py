@@ -50,6 +50,10 @@ def test_set_overrides_any_field():
     ({"tolerance": [{"metric": "packets.lost", "abs": -1}]}, "tolerance[0].abs"),
     ({"tolerance": [{"metric": "packets.lost", "ab": 1}]}, "tolerance[0].ab"),
     ({"tolerance": {"metric": "packets.lost"}}, "tolerance"),
+    # a run's status is derived from its checks: an expectation names the check
+    ({"expect": [{"metric": "status", "op": "==", "value": "ok"}]}, "expect[0].metric"),
+    ({"expect": [{"metric": "packets.lost", "op": "==", "value": 0},
+                 {"metric": "qos.pfc.pauses", "op": "!=", "than": "status"}]}, "expect[1].metric"),
 ])
 def test_bad_documents_name_the_file_and_field(doc, field):
     with pytest.raises(InputError) as e:
