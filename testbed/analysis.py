@@ -37,7 +37,7 @@ from testbed.qos_analysis import pfc_events, qos_summary
 from testbed.regress import check_expectations
 from testbed.scenario import Scenario
 from testbed.host_analysis import host_fidelity, nic_queue_series, nic_queues
-from testbed.transport_analysis import transport_summary
+from testbed.transport_analysis import time_dilation, transport_summary
 from testbed.workload import pipeline_job
 
 SUMMARY_VERSION = 1
@@ -222,8 +222,8 @@ def link_views(run_dir: Path, raw: Path, tel: pd.DataFrame | None, fabric_doc: d
     start, end = engine["start_ns"], engine["end_ns"]
     frame = int(pkts["bytes"].max()) if len(pkts) else sc["workload"]["payload_bytes"] + HEADER_BYTES
     fid = link_analysis.link_fidelity(
-        series, rates, frame, run.get("fidelity_tolerance", 0.10), run.get("fidelity_min_share", 0.99),
-        link_analysis.pause_windows(pfc_events(raw), end), run.get("fidelity_interval_ms", 1.0))
+        series, rates, frame, run["fidelity_tolerance"], run["fidelity_min_share"],
+        link_analysis.pause_windows(pfc_events(raw), end))
     links = link_analysis.link_table(series, rates, peers, start, end)
     _write(links, run_dir, "links")
     bin_ms = heatmap_bin_ms((end - start) / 1e9)
@@ -467,6 +467,8 @@ def analyze(run_dir: Path) -> dict:
     tr, flows = transport_summary(run_dir, pkts, msgs, plan, engine, tel, class_names,
                            summary["fidelity"]["cores_used"], duration_s)
     summary["transport"] = tr
+    summary["time_dilation"] = time_dilation(tr["dcqcn"], sc["dcqcn"]["ref_base_rtt_us"],
+                                             summary["latency_us"]["min"])
     classes = class_of_dscp(sc.get("classes", []))
     _write(latency_table(pkts, flows, classes), run_dir, "latency")
     summary["latency_by_class_us"] = class_latency(pkts, classes)
@@ -485,9 +487,9 @@ def analyze(run_dir: Path) -> dict:
             worst = jittery[0]
             summary["fidelity"]["notes"].append(
                 f"{len(jittery)} of {link_fid['busy_links']} busy links drained at their rate in fewer than "
-                f"{link_fid['min_share']:.0%} of their backlogged {link_fid['interval_ms']:.0f} ms intervals "
-                f"(worst {worst['port']}: {worst['share']:.1%}, {worst['slow_intervals']} slow, "
-                f"{worst['fast_intervals']} fast)")
+                f"{link_fid['min_share']:.0%} of their backlogged windows (worst {worst['port']}: "
+                f"{worst['share']:.1%} of {worst['windows']} {worst['window_ms']:.1f} ms windows, "
+                f"{worst['slow_windows']} slow, {worst['fast_windows']} fast)")
         if slow:
             worst = max(slow, key=lambda c: abs(c["drain_ratio"] - 1))
             summary["fidelity"]["notes"].append(
@@ -505,11 +507,13 @@ def analyze(run_dir: Path) -> dict:
             f"the traffic agents could not keep up")
         summary["fidelity"]["verdict"] = "could_not_keep_up"
     fid = summary["fidelity"]
-    if fid["verdict"] == "kept_up" and not link_fid["busy_links"]:
+    if fid["verdict"] == "kept_up" and not link_fid["busy_links"] and not host_fid["judged_hosts"]:
         # nothing failed, but nothing was judged either: a starved fabric is not a faithful one
         fid["verdict"] = "not_judged"
-        fid["notes"].append(f"too little was busy to judge: no link was backlogged in "
-                            f"{link_fid['min_backlogged_intervals']} or more sampling intervals")
+        fid["notes"].append(f"too little was busy to judge: no switch port was backlogged for "
+                            f"{link_fid['min_windows']} or more windows of max({link_fid['min_window_ms']:g} ms, "
+                            f"{link_fid['window_frames']} frame times), and no host sent in "
+                            f"{host_fid['min_judged_intervals']} or more {host_fid['interval_ms']:g} ms intervals")
     fid["valid"] = fid["verdict"] == "kept_up"
     summary["git_commit"] = manifest.get("git_commit")
     # the scenario's own expectations, on the finished summary; a performance expectation is not

@@ -51,7 +51,8 @@ def print_summary(s: dict, run_dir: Path) -> None:
               f"{_fmt(fid['cores_used'].get('ovs-vswitchd'), '{:.2f}')}")
     lf = fid.get("links")
     if lf and lf["busy_links"]:
-        t.add_row(f"links drained at rate (worst / all, {lf['busy_links']} busy, {lf['interval_ms']:.0f} ms)",
+        t.add_row(f"links drained at rate (worst / all, {lf['busy_links']} busy, "
+                  f"{'/'.join(f'{w:.1f}' for w in lf['window_ms'])} ms windows)",
                   f"{lf['worst_share']:.1%} / {lf['overall_share']:.1%}")
     t.add_row("fidelity", fid["verdict"] + (f" ({'; '.join(fid['notes'])})" if fid["notes"] else ""))
     if s.get("fct_slowdown", {}).get("all", {}).get("messages"):
@@ -84,6 +85,10 @@ def print_summary(s: dict, run_dir: Path) -> None:
             d = tr["dcqcn"]
             cc += f" ({d['time_scale']:g}x time-dilated: CNP interval {d['cnp_interval_ns'] / 1e6:g} ms)"
         t.add_row("congestion control", cc)
+        td = s.get("time_dilation") or {}
+        if td.get("dilated_reference_rtt_us") and td.get("fabric_base_rtt_us"):
+            t.add_row("base RTT: dilated reference / emulated fabric (us)",
+                      f"{td['dilated_reference_rtt_us']:.0f} / {td['fabric_base_rtt_us']:.0f}")
         t.add_row("CNPs sent / rate cuts", f"{tr['cnps_sent']} / {tr['rate_cuts']}")
         t.add_row("retransmitted (packets / KiB) / NAKs / timeouts",
                   f"{tr['retransmitted_packets']} / {tr['retransmitted_bytes'] // 1024} / {tr['naks']} / "
@@ -116,6 +121,8 @@ def print_summary(s: dict, run_dir: Path) -> None:
     if s["status"] == "deadlock":
         cycle = " -> ".join(f"{m['port']}[{m['class']}]" for m in q["pfc"]["deadlock"]["cycle"])
         console.print(f"[bold red]DEADLOCK[/]: PFC pauses formed a cycle that stopped all progress: {cycle}")
+    if (s.get("time_dilation") or {}).get("warning"):
+        console.print(f"[yellow]time dilation[/]: {s['time_dilation']['warning']}")
     print_fidelity(fid)
     if s["problems"]:
         console.print(f"[bold red]FAILED[/]: {'; '.join(s['problems'])}")
@@ -133,8 +140,8 @@ def print_fidelity(fid: dict) -> None:
     emulation's fidelity says."""
     lf = fid.get("links") or {}
     idle = fid.get("machine_cpu_idle_fraction")
-    detail = (f"{lf['busy_links']} busy link(s), worst drained at rate in {lf['worst_share']:.1%} of backlogged "
-              f"{lf['interval_ms']:.0f} ms intervals (needs {lf['min_share']:.0%})" if lf.get("busy_links")
+    detail = (f"{lf['busy_links']} busy link(s), worst drained at rate in {lf['worst_share']:.1%} of its backlogged "
+              f"windows (needs {lf['min_share']:.0%})" if lf.get("busy_links")
               else "no link was busy long enough to judge its drain rate")
     detail += f"; machine CPU idle {idle:.0%}" if idle is not None else ""
     if fid["verdict"] == "kept_up":

@@ -27,6 +27,8 @@ from testbed import records
 
 INTERVAL_NS = 1_000_000
 MAX_IDLE_SHARE = 0.01
+# A 1% share means something only over 100 intervals: a host with fewer busy ones is not judged.
+MIN_JUDGED_INTERVALS = 100
 DRAIN_TOLERANCE = 0.10
 # A dry spell shorter than this inside an interval is timer slack, not an idle link.
 IDLE_MIN_NS = 20_000
@@ -131,6 +133,8 @@ def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
                     "ok": share <= MAX_IDLE_SHARE and (drain_ratio is None or drain_ratio >= 1 - DRAIN_TOLERANCE)})
     worst = max(out, key=lambda h: (not h["ok"], h["idle_share"], -(h["drain_ratio"] or 1))) if out else None
     return {"interval_ms": INTERVAL_NS / 1e6, "max_idle_share": MAX_IDLE_SHARE,
+            "min_judged_intervals": MIN_JUDGED_INTERVALS,
+            "judged_hosts": sum(1 for h in out if h["busy_intervals"] >= MIN_JUDGED_INTERVALS),
             "sending_hosts": len(out), "failing_hosts": [h["host"] for h in out if not h["ok"]],
             "worst": worst, "valid": all(h["ok"] for h in out), "hosts": out}
 

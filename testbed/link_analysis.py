@@ -3,15 +3,17 @@ emulation's fidelity verdict (after Mininet-HiFi's link monitoring).
 
 A link is emulated faithfully when, whenever its egress queue is backlogged, it drains at its
 configured rate. The telemetry counts the bytes of whole frames that left each queue (counted at
-the far end of the link) once per sampling interval. For every interval with the port's queue
-non-empty at both of its ends and the port not paused by PFC, the drained bytes are compared with
-rate x interval. Two errors add up in that comparison: the link's own (the tolerance, 10% by
-default, of rate x interval) and the counter's: a perfect link drains whole frames, so a count
-read between frames is off by up to one frame. An interval passes when it is within the sum.
-Short intervals judge jitter (a link that stalls); over all backlogged intervals together the
-link must also drain at its rate within the tolerance, which judges a link that is steadily a
-little slow, which one frame of slack per interval would hide. A busy link is one with enough
-backlogged intervals to judge. Pure functions of tables, so they are tested on constructed series.
+the far end of the link) once per sampling interval (1 ms). The drain is judged over windows of
+consecutive backlogged sampling intervals (the queue non-empty at both ends of each, the port not
+paused by PFC) spanning at least max(1 ms, 20 frame times at the link's rate): 6.6 ms at 100 Mb/s
+and 66 ms at 10 Mb/s with 4 KB frames. Two errors add up in each window: the link's own (the
+tolerance, 3% by default, of rate x window) and the counter's: a perfect link drains whole frames,
+so a count read between frames is off by up to one frame, which is 5% of a 20-frame window at any
+rate (over a fixed 1 ms it was 33% at 100 Mb/s, and three times the window at 10 Mb/s). A window
+passes when it is within the sum. Windows judge a link that stalls or bursts; over all backlogged
+intervals together the link must also drain at its rate within the tolerance, which judges a link
+steadily a little slow. A busy link is one with enough windows to judge. Pure functions of tables,
+so they are tested on constructed series.
 """
 from __future__ import annotations
 
@@ -20,8 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-# A 99% share means something only over 100 intervals or more: fewer, and one miss decides.
-MIN_BACKLOGGED_INTERVALS = 100
+# A window spans this many frame times, and at least MIN_WINDOW_MS: the counter's one-frame
+# quantum is then 5% of what a window should drain, at every rate and frame size.
+WINDOW_FRAMES = 20
+MIN_WINDOW_MS = 1.0
+# A link is judged from this many windows on (at a 99% share, fewer than 100 must all pass).
+MIN_WINDOWS = 20
 
 
 @dataclass(frozen=True)
@@ -76,27 +82,55 @@ def pause_windows(events: pd.DataFrame, end_ns: int) -> dict[str, list[tuple[int
     return out
 
 
+def window_ns(rate_bps: float, frame_bytes: int) -> float:
+    """The span a link's drain is judged over: max(MIN_WINDOW_MS, WINDOW_FRAMES frame times)."""
+    return max(MIN_WINDOW_MS * 1e6, WINDOW_FRAMES * frame_bytes * 8 / rate_bps * 1e9)
+
+
+def windows(t_ns: np.ndarray, judged: np.ndarray, span_ns: float) -> list[tuple[int, int]]:
+    """(first, last) sample indices of back-to-back windows of at least span_ns, each made of
+    consecutive judged intervals (judged: one flag per interval); what is left of a run of judged
+    intervals too short for a window is not judged."""
+    out = []
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], judged.astype(np.int8), [0]])))
+    for run_start, run_end in zip(edges[::2], edges[1::2]):   # intervals run_start .. run_end-1
+        i = int(run_start)
+        while True:
+            j = int(np.searchsorted(t_ns, t_ns[i] + span_ns, side="left"))
+            if j > run_end:
+                break
+            out.append((i, j))
+            i = j
+    return out
+
+
 def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: float,
                 pauses: list[tuple[int, int]] = ()) -> dict:
-    """The port's backlogged intervals and how many drained at rate_bps within the tolerance."""
+    """The port's backlogged windows and how many drained at rate_bps within the tolerance."""
     dt_s = np.diff(s.t_ns) / 1e9
     drained = np.diff(s.drained_bytes)
     # more than the frame on the wire queued at both ends: the queue had work all along
     backlogged = (s.depth_bytes[:-1] > frame_bytes) & (s.depth_bytes[1:] > frame_bytes) & (dt_s > 0)
     if len(pauses):
         backlogged &= ~paused_mask(s.t_ns, list(pauses))
-    expected = rate_bps / 8 * dt_s[backlogged]
-    got = drained[backlogged]
+    span = window_ns(rate_bps, frame_bytes)
+    win = windows(s.t_ns, backlogged, span)
+    first = np.array([w[0] for w in win], dtype=np.int64)
+    last = np.array([w[1] for w in win], dtype=np.int64)
+    expected = rate_bps / 8 * (s.t_ns[last] - s.t_ns[first]) / 1e9
+    got = s.drained_bytes[last] - s.drained_bytes[first]
     allowed = tolerance * expected + frame_bytes
     ok = np.abs(got - expected) <= allowed
-    n = int(backlogged.sum())
+    n = len(win)
     ratio = got / expected if n else np.array([])
-    drain_ratio = float(got.sum() / expected.sum()) if n else None
-    return {"port": s.port, "rate_mbps": rate_bps / 1e6, "backlogged_intervals": n,
+    # over all backlogged time together: the long-run drain rate against the configured
+    all_expected = float((rate_bps / 8 * dt_s[backlogged]).sum())
+    drain_ratio = float(drained[backlogged].sum() / all_expected) if all_expected > 0 else None
+    return {"port": s.port, "rate_mbps": rate_bps / 1e6, "window_ms": span / 1e6,
+            "backlogged_intervals": int(backlogged.sum()), "windows": n,
             "within_tolerance": int(ok.sum()), "share": float(ok.mean()) if n else None,
-            "slow_intervals": int((got < expected - allowed).sum()),
-            "fast_intervals": int((got > expected + allowed).sum()),
-            # over all backlogged time together: the long-run drain rate against the configured
+            "slow_windows": int((got < expected - allowed).sum()),
+            "fast_windows": int((got > expected + allowed).sum()),
             "drain_ratio": drain_ratio,
             "drain_ratio_ok": drain_ratio is not None and abs(drain_ratio - 1) <= tolerance,
             "ratio_p1": float(np.percentile(ratio, 1)) if n else None,
@@ -104,35 +138,28 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
             "ratio_p99": float(np.percentile(ratio, 99)) if n else None}
 
 
-def coarsen(s: PortSeries, every: int) -> PortSeries:
-    """Every n-th sample: the drain judged over n sampling intervals."""
-    return PortSeries(s.port, s.t_ns[::every], s.depth_bytes[::every], s.drained_bytes[::every])
-
-
 def link_fidelity(series: list[PortSeries], rates_bps: dict[str, float], frame_bytes: int,
                   tolerance: float, min_share: float, pauses: dict[str, list[tuple[int, int]]] | None = None,
-                  interval_ms: float | None = None, min_intervals: int = MIN_BACKLOGGED_INTERVALS) -> dict:
+                  min_windows: int = MIN_WINDOWS) -> dict:
     """The verdict over every busy link: valid when each drained at its rate in at least min_share
-    of its backlogged intervals, and at its rate over all of them together (interval_ms: judged
-    over that many ms, default each sample)."""
+    of its backlogged windows, and at its rate over all its backlogged time."""
     pauses = pauses or {}
-    if series and interval_ms and len(series[0].t_ns) > 1:
-        every = max(1, round(interval_ms * 1e6 / float(np.median(np.diff(series[0].t_ns)))))
-        series = [coarsen(s, every) for s in series]
     checks = [drain_check(s, rates_bps[s.port], frame_bytes, tolerance, pauses.get(s.port, ()))
               for s in series if s.port in rates_bps]
-    busy = [c for c in checks if c["backlogged_intervals"] >= min_intervals]
+    busy = [c for c in checks if c["windows"] >= min_windows]
     failing = sorted((c for c in busy if c["share"] < min_share or not c["drain_ratio_ok"]),
                      key=lambda c: c["share"])
     intervals = np.diff(series[0].t_ns) if series else np.array([])
-    total = sum(c["backlogged_intervals"] for c in busy)
+    total = sum(c["windows"] for c in busy)
     return {
-        "method": "share of backlogged, unpaused sampling intervals in which a link drained rate x interval "
-                  "within the tolerance plus one frame (the counter's quantum), and the drain over all of "
-                  "them together within the tolerance",
+        "method": "share of windows of backlogged, unpaused sampling intervals spanning max(1 ms, 20 frame "
+                  "times) in which a link drained rate x window within the tolerance plus one frame (the "
+                  "counter's quantum), and the drain over all its backlogged time within the tolerance",
         "interval_ms": float(np.median(intervals) / 1e6) if len(intervals) else None,
+        "window_frames": WINDOW_FRAMES, "min_window_ms": MIN_WINDOW_MS,
+        "window_ms": sorted({round(c["window_ms"], 3) for c in checks}),
         "tolerance": tolerance, "frame_bytes": frame_bytes, "min_share": min_share,
-        "min_backlogged_intervals": min_intervals,
+        "min_windows": min_windows,
         "busy_links": len(busy),
         "valid": not failing,
         "worst_share": min((c["share"] for c in busy), default=None),

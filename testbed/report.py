@@ -188,10 +188,11 @@ def blocks(s: dict, drawn: list[str]) -> list[tuple]:
     rows = [("busy links judged", _num(lf.get("busy_links"))),
             ("drain within tolerance, worst link / all", f"{_num(lf.get('worst_share'), '{:.1%}')} / "
                                                          f"{_num(lf.get('overall_share'), '{:.1%}')}"),
-            ("criterion", f"each busy link >= {_num(lf.get('min_share'), '{:.0%}')} of backlogged "
-                          f"{_num(lf.get('interval_ms'), '{:.0f}')} ms intervals within "
-                          f"{_num(lf.get('tolerance'), '{:.0%}')} of its rate (or one "
-                          f"{_num(lf.get('frame_bytes'))} B frame)"),
+            ("criterion", f"each busy link >= {_num(lf.get('min_share'), '{:.0%}')} of its backlogged "
+                          f"windows of max({_num(lf.get('min_window_ms'))} ms, {_num(lf.get('window_frames'))} "
+                          f"frame times) within {_num(lf.get('tolerance'), '{:.0%}')} of its rate plus one "
+                          f"{_num(lf.get('frame_bytes'))} B frame, and its whole backlogged time within "
+                          f"{_num(lf.get('tolerance'), '{:.0%}')}"),
             ("machine CPU idle", _num(fid.get("machine_cpu_idle_fraction"), "{:.0%}")),
             ("worst sending host idle with work", _num((fid.get("hosts") or {}).get("worst", {}) and fid["hosts"]["worst"]["idle_share"], "{:.2%}"))]
     out.append(("table", ("", ""), rows))
@@ -242,10 +243,11 @@ def blocks(s: dict, drawn: list[str]) -> list[tuple]:
                      for b in links["busiest"]]))
     if lf.get("links"):
         out.append(("h", 2, "Links that drained least faithfully"))
-        out.append(("table", ("port", "rate (Mb/s)", "backlogged intervals", "within tolerance", "slow", "fast",
+        out.append(("table", ("port", "rate (Mb/s)", "windows (ms each)", "within tolerance", "slow", "fast",
                               "long-run drain / rate"),
-                    [(c["port"], _num(c["rate_mbps"]), _num(c["backlogged_intervals"]), _num(c["share"], "{:.1%}"),
-                      _num(c["slow_intervals"]), _num(c["fast_intervals"]), _num(c["drain_ratio"], "{:.4f}"))
+                    [(c["port"], _num(c["rate_mbps"]), f"{_num(c['windows'])} ({_num(c['window_ms'], '{:.1f}')})",
+                      _num(c["share"], "{:.1%}"), _num(c["slow_windows"]), _num(c["fast_windows"]),
+                      _num(c["drain_ratio"], "{:.4f}"))
                      for c in lf["links"][:8]]))
     captions = dict(PLOTS)
     if drawn:

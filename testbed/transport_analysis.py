@@ -170,3 +170,30 @@ def transport_summary(run_dir: Path, pkts: pd.DataFrame, msgs: pd.DataFrame, pla
                    "receiver_socket_drops": int(sum(x["receiver_socket_drops"] for x in hosts))},
     }
     return summary, flows
+
+
+# Beyond this factor either way the dilated control loop and the fabric it runs on disagree.
+MAX_DILATION_MISMATCH = 2.0
+
+
+def time_dilation(dcqcn: dict | None, ref_base_rtt_us: float, min_one_way_us: float | None) -> dict:
+    """What runs dilated and what does not: DCQCN's timers are multiplied by its time scale, the
+    fabric's own delays (Open vSwitch's per-hop latency, the kernel's) are what this machine makes
+    them. Its base RTT is taken as twice the fastest data frame's one-way latency (an ACK is smaller,
+    so this errs high)."""
+    base = 2 * min_one_way_us if min_one_way_us is not None else None
+    out = {"dcqcn_time_scale": dcqcn["time_scale"] if dcqcn else None, "fabric_base_rtt_us": base,
+           "fabric_base_rtt_definition": "twice the smallest one-way latency of a data frame",
+           "reference_base_rtt_us": ref_base_rtt_us if dcqcn else None,
+           "dilated_reference_rtt_us": ref_base_rtt_us * dcqcn["time_scale"] if dcqcn else None,
+           "rtt_ratio": None, "warning": None}
+    if dcqcn and base:
+        ratio = base / out["dilated_reference_rtt_us"]
+        out["rtt_ratio"] = ratio
+        if not 1 / MAX_DILATION_MISMATCH <= ratio <= MAX_DILATION_MISMATCH:
+            out["warning"] = (f"DCQCN runs {dcqcn['time_scale']:g}x dilated, as if the fabric's base RTT were "
+                              f"{out['dilated_reference_rtt_us'] / 1e3:.2f} ms ({ref_base_rtt_us:g} us dilated); "
+                              f"the emulated fabric's is {base / 1e3:.2f} ms, {ratio:.1f}x that: the control "
+                              f"loop reacts {'later' if ratio > 1 else 'sooner'} relative to the fabric than "
+                              f"the reference's would")
+    return out

@@ -118,9 +118,11 @@ def test_report_says_invalid_fidelity_first_and_renders_both_formats(tmp_path):
          "fidelity": {"verdict": "could_not_keep_up", "valid": False, "notes": ["1 of 2 busy links drained ..."],
                       "machine_cpu_idle_fraction": 0.1,
                       "links": {"busy_links": 2, "worst_share": 0.9, "overall_share": 0.95, "min_share": 0.99,
-                                "interval_ms": 1.0, "tolerance": 0.1, "frame_bytes": 4154,
-                                "links": [{"port": "s0-eth1", "rate_mbps": 100.0, "backlogged_intervals": 10,
-                                           "share": 0.9, "slow_intervals": 1, "fast_intervals": 0,
+                                "interval_ms": 1.0, "tolerance": 0.03, "frame_bytes": 4154,
+                                "window_frames": 20, "min_window_ms": 1.0, "window_ms": [6.6],
+                                "links": [{"port": "s0-eth1", "rate_mbps": 100.0, "backlogged_intervals": 200,
+                                           "windows": 30, "window_ms": 6.6,
+                                           "share": 0.9, "slow_windows": 1, "fast_windows": 0,
                                            "drain_ratio": 0.99}]}},
          "collective": {"algorithm": "ring_allreduce", "ranks": 4, "bytes_per_rank": 1, "link_bw_mbps": 100,
                         "iterations_complete": 1, "iterations": 1, "time_s": [0.5], "bound_s": 0.4,
@@ -131,7 +133,7 @@ def test_report_says_invalid_fidelity_first_and_renders_both_formats(tmp_path):
     bl = blocks(s, [])
     md = to_markdown(bl)
     assert md.index("INVALID") < md.index("Workload")
-    assert "| s0-eth1 | 100 | 10 | 90.0% | 1 | 0 | 0.9900 |" in md
+    assert "| s0-eth1 | 100 | 30 (6.6) | 90.0% | 1 | 0 | 0.9900 |" in md
     page = to_html(bl, tmp_path)
     assert page.startswith("<!DOCTYPE html>") and 'class="bad"' in page and "<table>" in page
 

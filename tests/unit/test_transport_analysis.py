@@ -36,3 +36,18 @@ def test_queue_depth_holds_its_last_change_between_rows():
     b = bottleneck(tel, (0, 6 * ms), {1: "roce"})
     assert (b["port"], b["class_name"], b["max_bytes"], b["run_max_bytes"]) == ("a", "roce", 30, 30)
     assert b["p50_bytes"] == pytest.approx(np.percentile([10, 10, 10, 30, 30, 0], 50))
+
+
+def test_time_dilation_states_both_clocks_and_warns_when_they_disagree_by_over_2x():
+    from testbed.transport_analysis import time_dilation
+    # 40 Gb/s reference on a 100 Mb/s link: 400x, an 8 us RTT becomes 3.2 ms
+    agree = time_dilation({"time_scale": 400.0}, 8.0, 1000.0)
+    assert agree["dilated_reference_rtt_us"] == 3200.0 and agree["fabric_base_rtt_us"] == 2000.0
+    assert agree["rtt_ratio"] == pytest.approx(0.625) and agree["warning"] is None
+    fast_fabric = time_dilation({"time_scale": 400.0}, 8.0, 700.0)      # 1.4 ms: 0.44x
+    assert "0.4x" in fast_fabric["warning"] and "sooner" in fast_fabric["warning"]
+    slow_fabric = time_dilation({"time_scale": 40.0}, 8.0, 400.0)       # 320 us dilated, 800 us real
+    assert "2.5x" in slow_fabric["warning"] and "later" in slow_fabric["warning"]
+    # no DCQCN: nothing is dilated, and the fabric's RTT is still stated
+    none = time_dilation(None, 8.0, 500.0)
+    assert none["dcqcn_time_scale"] is None and none["fabric_base_rtt_us"] == 1000.0 and none["warning"] is None
