@@ -133,10 +133,10 @@ switch = "c0_0"
     assert s["status"] == "ok"
     (fault,) = s["faults"]
     assert fault["switch"] == "c0_0" and len(fault["links"]) == 4 and fault["reroute_ms"] is not None
-    # c0_0 carried traffic before it failed, and after the failure no route points at it any more:
-    # no flow entry of its neighbours outputs to their port toward it, directly or through the
-    # ECMP group it names
-    assert 0 < s["switch_tx_packets"]["c0_0"] < s["switch_tx_packets"]["c1_1"]
+    # after the failure no route points at c0_0 any more: no flow entry of its neighbours outputs
+    # to their port toward it, directly or through the ECMP group it names (whether any flow
+    # hashed onto c0_0 before it failed varies from run to run: 0 packets in one CI run)
+    assert s["switch_tx_packets"]["c0_0"] < s["switch_tx_packets"]["c1_1"]
     raw = run_dir / "raw"
     links = json.loads((raw / "fabric.json").read_text())["links"]
     toward = {(ln["b"], ln["b_port"]) if ln["a"] == "c0_0" else (ln["a"], ln["a_port"])
