@@ -35,7 +35,7 @@ from testbed.flow_analysis import class_latency, class_of_dscp, fct_table, laten
 from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import pfc_events, qos_summary
 from testbed.regress import check_expectations
-from testbed.scenario import Scenario
+from testbed.scenario import DcqcnSpec, Scenario
 from testbed.host_analysis import host_fidelity, nic_queue_series, nic_queues
 from testbed.transport_analysis import time_dilation, transport_summary
 from testbed.workload import pipeline_job
@@ -467,8 +467,9 @@ def analyze(run_dir: Path) -> dict:
     tr, flows = transport_summary(run_dir, pkts, msgs, plan, engine, tel, class_names,
                            summary["fidelity"]["cores_used"], duration_s)
     summary["transport"] = tr
-    summary["time_dilation"] = time_dilation(tr["dcqcn"], sc["dcqcn"]["ref_base_rtt_us"],
-                                             summary["latency_us"]["min"])
+    # a run recorded before the field existed is judged with its default
+    ref_rtt_us = sc["dcqcn"].get("ref_base_rtt_us", DcqcnSpec().ref_base_rtt_us)
+    summary["time_dilation"] = time_dilation(tr["dcqcn"], ref_rtt_us, summary["latency_us"]["min"])
     classes = class_of_dscp(sc.get("classes", []))
     _write(latency_table(pkts, flows, classes), run_dir, "latency")
     summary["latency_by_class_us"] = class_latency(pkts, classes)

@@ -261,7 +261,7 @@ def cmd_regress(args) -> int:
         if isinstance(v, list):
             return "[" + ", ".join(num(x) for x in v) + "]"
         return f"{v:.4g}" if isinstance(v, float) else str(v)
-    verdicts, failed = {}, {}
+    verdicts, failed, not_judged = {}, {}, {}
     for n in names:
         run_dir, s = _run_faithfully(n, args.set)
         rows = []
@@ -280,7 +280,8 @@ def cmd_regress(args) -> int:
         others = [p for p in s["problems"] if not p.startswith("expectation failed")]
         if others:
             rows.append(("problems", "none", "", "; ".join(others), "regressed"))
-        failed[n] = [r[0] for r in rows if r[4] != "ok"]
+        failed[n] = [r[0] for r in rows if r[4] not in ("ok", "not judged")]
+        not_judged[n] = [r[0] for r in rows if r[4] == "not judged"]
         verdicts[n] = regress.verdict(failed[n], s["fidelity"]["verdict"] == "kept_up",
                                       regress.lost_to_the_emulator(s))
         for r in rows:
@@ -288,7 +289,7 @@ def cmd_regress(args) -> int:
             table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")
         table.add_row(n, "[bold]run[/]", "", "", run_dir.name, f"[bold]{verdicts[n]}[/]")
     console.print(table)
-    summary = {"verdicts": verdicts, "sets": args.set, "failed": failed}
+    summary = {"verdicts": verdicts, "sets": args.set, "failed": failed, "not_judged": not_judged}
     print(json.dumps(summary), flush=True)  # one machine-readable line, never wrapped
     if any(v == "regressed" for v in verdicts.values()):
         return 1

@@ -109,7 +109,8 @@ class EmulatedFabric:
         for s in self.fabric.switches:
             text = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", s.name],
                                   capture_output=True, text=True, check=True).stdout
-            out[s.name] = [{"group_id": int(m.group(1)), "out_ports": [int(x) for x in re.findall(r"output:(\d+)", line)]}
+            out[s.name] = [{"group_id": int(m.group(1)),
+                            "out_ports": [int(x) for x in re.findall(r"output:(\d+)", line)]}
                            for line in text.splitlines() if (m := re.match(r"\s+group_id=(\d+),", line))]
         return out
 

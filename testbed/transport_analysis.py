@@ -179,8 +179,9 @@ MAX_DILATION_MISMATCH = 2.0
 def time_dilation(dcqcn: dict | None, ref_base_rtt_us: float, min_one_way_us: float | None) -> dict:
     """What runs dilated and what does not: DCQCN's timers are multiplied by its time scale, the
     fabric's own delays (Open vSwitch's per-hop latency, the kernel's) are what this machine makes
-    them. Its base RTT is taken as twice the fastest data frame's one-way latency (an ACK is smaller,
-    so this errs high)."""
+    them. Its base RTT is taken as twice the fastest data frame's one-way latency: what Open vSwitch
+    and the kernel add with the queues empty (an emulated link's serialization is its shaper's,
+    which an idle shaper does not impose, and an ACK is smaller than a data frame)."""
     base = 2 * min_one_way_us if min_one_way_us is not None else None
     out = {"dcqcn_time_scale": dcqcn["time_scale"] if dcqcn else None, "fabric_base_rtt_us": base,
            "fabric_base_rtt_definition": "twice the smallest one-way latency of a data frame",
@@ -193,7 +194,7 @@ def time_dilation(dcqcn: dict | None, ref_base_rtt_us: float, min_one_way_us: fl
         if not 1 / MAX_DILATION_MISMATCH <= ratio <= MAX_DILATION_MISMATCH:
             out["warning"] = (f"DCQCN runs {dcqcn['time_scale']:g}x dilated, as if the fabric's base RTT were "
                               f"{out['dilated_reference_rtt_us'] / 1e3:.2f} ms ({ref_base_rtt_us:g} us dilated); "
-                              f"the emulated fabric's is {base / 1e3:.2f} ms, {ratio:.1f}x that: the control "
-                              f"loop reacts {'later' if ratio > 1 else 'sooner'} relative to the fabric than "
-                              f"the reference's would")
+                              f"the emulated fabric's is {base / 1e3:.2f} ms, {ratio:.2g}x that: congestion "
+                              f"feedback arrives {'later' if ratio > 1 else 'sooner'}, against DCQCN's timers, "
+                              f"than on the reference fabric")
     return out
