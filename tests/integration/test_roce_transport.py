@@ -16,7 +16,7 @@ from helpers import assert_ran, run_dirs, run_testbed, summary_of
 pytestmark = pytest.mark.root
 
 K_BYTES = 100_000           # dcqcn-incast's step-marking threshold
-BUFFER_BYTES = 4 << 20      # and its RoCE class buffer
+BUFFER_BYTES = 8 << 20      # and its RoCE class buffer
 
 
 def run_one(tmp_path, name, *sets):
@@ -27,7 +27,7 @@ def run_one(tmp_path, name, *sets):
     return run_dir, summary_of(run_dir)
 
 
-@pytest.mark.parametrize("senders,per_sender", [(2, "6MiB"), (8, "3MiB")])
+@pytest.mark.parametrize("senders,per_sender", [(2, "10MiB"), (8, "3MiB")])
 def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_buffer(tmp_path, senders, per_sender):
     sets = (f"workload.senders={senders}", f"workload.bytes_per_rank={per_sender}")
     run_dir, s = run_one(tmp_path / "dcqcn", "dcqcn-incast", *sets)
