@@ -224,7 +224,7 @@ def cmd_baseline(args) -> int:
         summary = analysis.analyze(run_dir)
     else:
         from testbed.probe import git_commit
-        why = regress.unrecordable({"git_commit": git_commit()})
+        why = regress.unrecordable(git_commit())
         if why:  # before anything runs
             raise RunFailed(f"baselines are recorded only from a clean tree: {why}")
         run_dir, summary = _run_faithfully(args.name, [])
@@ -236,7 +236,7 @@ def cmd_baseline(args) -> int:
         console.print(f"[bold yellow]inconclusive[/]: {run_dir} could not keep up "
                       f"({'; '.join(summary['fidelity']['notes'])}): not stored as a baseline")
         return 4
-    why = regress.unrecordable(summary)
+    why = regress.unrecordable(summary.get("git_commit"))
     if why:
         raise RunFailed(f"{run_dir} is not stored as a baseline: {why}")
     path = regress.save_baseline(summary)
@@ -269,9 +269,10 @@ def cmd_regress(args) -> int:
             rows.append((e["metric"], f"{e['op']} {num(e['expected'])}", "", num(e["actual"]),
                          "ok" if e["ok"] else "regressed" if e["ok"] is False else "not judged"))
         base = regress.load_baseline(n)
-        if base and regress.unrecordable(base):
-            console.print(f"[yellow]{n}: its baseline ({base['run_id']}) is not of a clean commit: "
-                          f"{regress.unrecordable(base)}; record it again with `testbed baseline {n}`[/]")
+        stale = regress.unrecordable(base.get("git_commit")) if base else None
+        if stale:
+            console.print(f"[yellow]{n}: its baseline ({base['run_id']}) is not of a clean commit: {stale}; "
+                          f"record it again with `testbed baseline {n}`[/]")
         overrides = {t.metric: (t.rel, t.abs) for t in scenarios[n].tolerance}
         for c in regress.compare(s, base, overrides) if base else []:
             rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))

@@ -65,7 +65,7 @@ def slow_intervals(mine: pd.DataFrame, bw_bps: float, t0: int, tolerance: float 
     drained = np.bincount(bin_of_dep, weights=size_s, minlength=len(edges) - 1)
     due = bw_bps / 8 * INTERVAL_NS / 1e9
     slow = backlogged & (drained < due * (1 - tolerance) - size.max())
-    ratio = float(drained[backlogged].sum() / (due * backlogged.sum())) if backlogged.sum() >= 100 else None
+    ratio = float(drained[backlogged].sum() / (due * backlogged.sum())) if backlogged.sum() >= MIN_JUDGED_INTERVALS else None
     return set((np.nonzero(slow)[0] + b0).tolist()), ratio
 
 

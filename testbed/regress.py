@@ -111,10 +111,6 @@ def metric_class(path: str) -> str:
     return "performance" if path.startswith(PERFORMANCE_PREFIXES) and path not in POLICY_PATHS else "policy"
 
 
-def performance_metric(path: str) -> bool:
-    return metric_class(path) == "performance"
-
-
 # What a lost packet sets off: when the emulator's own plumbing lost every lost packet, these say
 # nothing about the policy.
 LOSS_METRICS = ("packets.lost", "packets.retransmitted", "packets.timeouts", "packets.naks")
@@ -131,7 +127,7 @@ def verdict(failed: list[str], fidelity_valid: bool, explained: list[str] = ()) 
     """ok / regressed / inconclusive for one scenario: a policy metric that broke is a regression
     even when the emulation could not keep up; a performance metric then proves nothing, and
     neither do losses the emulator itself explains (explained)."""
-    if any(not performance_metric(m) and (fidelity_valid or m not in explained) for m in failed):
+    if any(metric_class(m) == "policy" and (fidelity_valid or m not in explained) for m in failed):
         return "regressed"
     if not fidelity_valid:
         return "inconclusive"
@@ -214,10 +210,9 @@ def load_baseline(name: str, directory: Path = BASELINE_DIR) -> dict | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def unrecordable(summary: dict) -> str | None:
-    """Why a run cannot be a baseline, or None: a baseline must name the commit it measured, so a
-    run from a tree with uncommitted changes (or outside git) is refused."""
-    commit = summary.get("git_commit")
+def unrecordable(commit: str | None) -> str | None:
+    """Why a run of this commit (testbed.probe.git_commit) cannot be a baseline, or None: a baseline
+    must name the commit it measured, so a tree with uncommitted changes (or outside git) is refused."""
     if not commit:
         return "the run names no git commit"
     if commit.endswith("-dirty"):
@@ -226,7 +221,7 @@ def unrecordable(summary: dict) -> str | None:
 
 
 def save_baseline(summary: dict, directory: Path = BASELINE_DIR) -> Path:
-    why = unrecordable(summary)
+    why = unrecordable(summary.get("git_commit"))
     if why:
         raise ValueError(why)
     directory.mkdir(parents=True, exist_ok=True)

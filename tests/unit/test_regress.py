@@ -137,7 +137,7 @@ def test_a_scenarios_own_tolerance_replaces_the_default_and_keeps_its_direction(
 def test_a_baseline_is_recorded_only_from_a_clean_commit(tmp_path):
     from testbed.regress import save_baseline, unrecordable
     clean = {**SUMMARY, "git_commit": "a" * 40}
-    assert unrecordable(clean) is None and save_baseline(clean, tmp_path).exists()
+    assert unrecordable(clean["git_commit"]) is None and save_baseline(clean, tmp_path).exists()
     for commit in ("a" * 40 + "-dirty", None):
         with pytest.raises(ValueError, match="uncommitted|no git commit"):
             save_baseline({**SUMMARY, "scenario": "y", "git_commit": commit}, tmp_path)
