@@ -212,6 +212,11 @@ def ovs_internal_drops(moved: dict[str, dict], switches: set[str], accounted: in
     return max(0, sum(d["rx_packets"] - d["tx_packets"] for d in ports) - accounted)
 
 
+def frame_bytes(pkts: pd.DataFrame, sc: dict) -> int:
+    """The run's largest frame on the wire: the one-frame quantum of the fidelity rules."""
+    return int(pkts["bytes"].max()) if len(pkts) else sc["workload"]["payload_bytes"] + HEADER_BYTES
+
+
 def link_views(run_dir: Path, raw: Path, tel: pd.DataFrame | None, fabric_doc: dict, sc: dict, engine: dict,
                pkts: pd.DataFrame) -> tuple[dict, dict]:
     """Per-link tables (links, link_utilisation) and the drain-rate fidelity verdict, from the
@@ -220,7 +225,7 @@ def link_views(run_dir: Path, raw: Path, tel: pd.DataFrame | None, fabric_doc: d
     series = link_analysis.port_series(tel) if tel is not None else []
     rates, peers = link_analysis.port_rates(fabric_doc, sc["fabric"]["bw_mbps"])
     start, end = engine["start_ns"], engine["end_ns"]
-    frame = int(pkts["bytes"].max()) if len(pkts) else sc["workload"]["payload_bytes"] + HEADER_BYTES
+    frame = frame_bytes(pkts, sc)
     fid = link_analysis.link_fidelity(
         series, rates, frame, run["fidelity_tolerance"], run["fidelity_min_share"],
         link_analysis.pause_windows(pfc_events(raw), end))
@@ -291,7 +296,11 @@ def analyze(run_dir: Path) -> dict:
     payload_delivered = int(msgs.loc[msgs["complete"], "bytes"].sum())
     cpu = manifest.get("cpu", {})
     host_fid = host_fidelity(raw, pkts, plan, engine["start_ns"],
-                             link_analysis.pause_windows(pfc_events(raw), engine["end_ns"]))
+                             link_analysis.pause_windows(pfc_events(raw), engine["end_ns"]),
+                             frame_bytes=frame_bytes(pkts, sc),
+                             burst_bytes=sc["fabric"]["nic_burst_frames"] * frame_bytes(pkts, sc),
+                             tolerance=sc["run"]["fidelity_tolerance"],
+                             min_share=sc["run"]["fidelity_min_share"])
     _write(nic_queue_series(pkts, plan, engine["start_ns"], engine["end_ns"]), run_dir, "nic_queues", csv=False)
 
     complete_iters = iters[iters["complete"]]
@@ -344,11 +353,13 @@ def analyze(run_dir: Path) -> dict:
         w = host_fid["worst"]
         fidelity_notes.append(
             f"{len(host_fid['failing_hosts'])} of {host_fid['sending_hosts']} sending hosts' links idled with "
-            f"frames waiting in over {host_fid['max_idle_share']:.0%} of their busy "
-            f"{host_fid['interval_ms']:.0f} ms intervals, or drained below 90% of their rate while frames "
-            f"waited (worst {w['host']}: {w['idle_share']:.1%}, drain {w['drain_ratio'] or 1:.2f}; lead ran dry "
-            f"{w['lead_dry_ms']:.1f} ms, {w['late_departure_intervals']} intervals slow with frames waiting, "
-            f"rate-limited queue pairs behind {w['qp_behind_ms']:.1f} ms)")
+            f"work waiting for over {host_fid['tolerance']:.0%} (plus one frame time) of more than "
+            f"{1 - host_fid['min_share']:.0%} of their windows of busy time, or sent ahead of their rate "
+            f"there, or idled over {host_fid['tolerance']:.0%} of all of it (worst {w['host']}: "
+            f"{w['within_tolerance']} of {w['windows']} {w['window_ms']:.1f} ms windows within, idle "
+            f"{w['idle_share']:.2%} of {w['windowed_ms']:.0f} ms in windows; lead ran "
+            f"dry {w['lead_dry_ms']:.2f} ms, the shaper late {w['late_ms']:.2f} ms, rate-limited queue pairs "
+            f"behind {w['qp_behind_ms']:.2f} ms)")
     backlog = qos["ovs_input_backlog"] if qos else None
     if backlog and backlog["samples"] and backlog["busy_samples"] / backlog["samples"] > MAX_INPUT_BUSY_FRACTION:
         fidelity_notes.append(
@@ -513,8 +524,7 @@ def analyze(run_dir: Path) -> dict:
         fid["verdict"] = "not_judged"
         fid["notes"].append(f"too little was busy to judge: no switch port was backlogged for "
                             f"{link_fid['min_windows']} or more windows of max({link_fid['min_window_ms']:g} ms, "
-                            f"{link_fid['window_frames']} frame times), and no host sent in "
-                            f"{host_fid['min_judged_intervals']} or more {host_fid['interval_ms']:g} ms intervals")
+                            f"{link_fid['window_frames']} frame times), and no sending host was busy for as many")
     fid["valid"] = fid["verdict"] == "kept_up"
     summary["git_commit"] = manifest.get("git_commit")
     # the scenario's own expectations, on the finished summary; a performance expectation is not

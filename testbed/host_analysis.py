@@ -3,15 +3,27 @@
 A real NIC with frames to send keeps its link busy. The emulated one is the kernel's shaper fed
 by the data plane's lead, and its link can idle with work waiting in three ways:
 - the lead ran dry: the data plane was kept off the CPU longer than the lead lasts, so frames it
-  had to send were not handed over (raw/nic_gaps.bin, kind 0);
-- frames were waiting in the NIC (handed over, their tx_ns, and not yet left) throughout a 1 ms
-  interval, yet the link sent less than its rate allows, less 10% and one frame, as the switch
-  links are judged: the kernel's shaper ran late and did not catch up within the interval (found
-  from the records' exact departures);
+  had to send were not handed over (raw/nic_gaps.bin, kind 0, with its exact span);
+- frames were waiting in the NIC (handed over, their tx_ns, and not yet left) yet the link sent
+  less than its rate allows: the kernel's shaper ran late (found from the records' exact
+  departures);
 - a queue pair that DCQCN holds below line rate builds no lead; when the data plane sent it later
-  than its rate allows, that QP fell behind (kind 1).
-All are judged per sending host over its busy 1 ms intervals: those in which its NIC sent a frame
-or had one waiting.
+  than its rate allows, that QP fell behind (kind 1, with its span).
+Each is a time the link idled with work waiting, and each is known exactly: the data plane
+records its gaps' spans (a class's gap counts only while the NIC neither held nor sent a frame of
+another class), and a late shaper is what the NIC sent short of a perfect NIC at line rate given
+the same frames at the same handoff times.
+
+They are judged by the switch links' rule (testbed/link_analysis.py) on the host's busy time: 1 ms
+intervals in which its NIC sent a frame, held one, or idled with work waiting, and was not paused
+by PFC, cut into windows of max(1 ms, 20 frame times). A window passes when its link idled with
+work waiting for at most the tolerance of it plus one frame time (a switch port's allowance, so
+both ends of a wire are judged alike), and sent no more than its rate allows within the tolerance,
+plus one frame and the NIC shaper's configured burst (fabric.nic_burst_frames, what it may send
+back to back after idling). A host passes when its windows pass in at least the minimum share and,
+over all of them and without the per-window frame, it idled within the tolerance: a shaper steadily
+a little slow passes each window but not this. A host busy for less than one window is not judged.
+Times are exact, so a 50 us dry spell costs 50 us, not a whole 1 ms interval (the rule before).
 
 The NIC queue of each host class is known exactly from the records: a frame is in it from its
 handoff (tx_ns) to its departure (depart_ns).
@@ -24,49 +36,11 @@ import numpy as np
 import pandas as pd
 
 from testbed import records
+from testbed.link_analysis import window_ns, windows
 
 INTERVAL_NS = 1_000_000
-MAX_IDLE_SHARE = 0.01
-# A 1% share means something only over 100 intervals: a host with fewer busy ones is not judged.
-MIN_JUDGED_INTERVALS = 100
-DRAIN_TOLERANCE = 0.10
-# A dry spell shorter than this inside an interval is timer slack, not an idle link.
-IDLE_MIN_NS = 20_000
-
-
-def slow_intervals(mine: pd.DataFrame, bw_bps: float, t0: int, tolerance: float = 0.10,
-                   exclude: set[int] = frozenset()) -> tuple[set[int], float | None]:
-    """The 1 ms intervals in which the host's NIC held frames throughout (handed over, not yet
-    left) but its link sent less than its rate allows, less the tolerance and one frame (the
-    switch links' drain rule, on exact departures): the kernel's shaper ran late and did not
-    catch up within the interval; and the link's drain over all those backlogged intervals
-    against its rate (a shaper steadily a little slow passes each interval but not this)."""
-    d = mine[mine["depart_ns"].notna()]
-    if d.empty:
-        return set(), None
-    dep = d["depart_ns"].to_numpy(dtype="int64")
-    tx = d["tx_ns"].to_numpy(dtype="int64")
-    size = d["bytes"].to_numpy(dtype="int64")
-    order = np.argsort(dep, kind="stable")
-    dep_s, size_s = dep[order], size[order]
-    tx_s = np.sort(tx)
-    b0, b1 = (int(dep_s[0] - t0) // INTERVAL_NS), (int(dep_s[-1] - t0) // INTERVAL_NS)
-    edges = t0 + np.arange(b0, b1 + 2, dtype="int64") * INTERVAL_NS
-    # frames in the NIC just after each departure and at each interval's start
-    after_dep = np.searchsorted(tx_s, dep_s, side="right") - (np.arange(len(dep_s)) + 1)
-    at_edge = np.searchsorted(tx_s, edges, side="right") - np.searchsorted(dep_s, edges, side="right")
-    bin_of_dep = (dep_s - t0) // INTERVAL_NS - b0
-    # an interval is backlogged when its start and every departure in it left frames waiting
-    min_after = np.full(len(edges) - 1, 1 << 30, dtype="int64")
-    np.minimum.at(min_after, bin_of_dep, after_dep)
-    backlogged = (at_edge[:-1] > 0) & (min_after > 0)
-    if exclude:
-        backlogged &= ~np.isin(np.arange(b0, b0 + len(backlogged)), list(exclude))
-    drained = np.bincount(bin_of_dep, weights=size_s, minlength=len(edges) - 1)
-    due = bw_bps / 8 * INTERVAL_NS / 1e9
-    slow = backlogged & (drained < due * (1 - tolerance) - size.max())
-    ratio = float(drained[backlogged].sum() / (due * backlogged.sum())) if backlogged.sum() >= MIN_JUDGED_INTERVALS else None
-    return set((np.nonzero(slow)[0] + b0).tolist()), ratio
+# A host's times are exact, not a counter's samples: one window is enough to judge it.
+HOST_MIN_WINDOWS = 1
 
 
 def _sender_of(pkts: pd.DataFrame, plan: dict) -> pd.Series:
@@ -79,24 +53,160 @@ def _read_gaps(raw: Path) -> np.ndarray:
     return records.read(path, records.NIC_GAP) if path.exists() else np.zeros(0, records.NIC_GAP)
 
 
-def _bins_of_spans(starts: np.ndarray, ends: np.ndarray, t0: int, min_ns: int) -> set[int]:
-    """The intervals in which a span covers at least min_ns."""
+def _merged(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Spans as sorted, disjoint [start, end) pairs (overlaps joined)."""
+    st, en = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    keep = en > st
+    st, en = st[keep], en[keep]
+    if not len(st):
+        return st, en
+    order = np.argsort(st, kind="stable")
+    st, en = st[order], np.maximum.accumulate(en[order])
+    new = np.concatenate([[True], st[1:] > en[:-1]])
+    last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(st) - 1]])
+    return st[new], en[last]
+
+
+def _inside(t: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    st, en = spans
+    k = np.searchsorted(st, t, side="right") - 1
+    return (k >= 0) & (t < en[np.maximum(k, 0)]) if len(st) else np.zeros(len(t), dtype=bool)
+
+
+def span_ns_per_interval(starts, ends, t0: int, b0: int, n: int, minus=None) -> np.ndarray:
+    """How many ns of the spans fall in each of the n intervals from b0, less what the spans
+    `minus` (starts, ends) cover; overlapping spans count once."""
+    out = np.zeros(n, dtype="float64")
+    spans = _merged(starts, ends)
+    if not len(spans[0]) or n <= 0:
+        return out
+    cut = _merged(*minus) if minus is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    lo, hi = t0 + b0 * INTERVAL_NS, t0 + (b0 + n) * INTERVAL_NS
+    pts = np.unique(np.concatenate([spans[0], spans[1], cut[0], cut[1],
+                                    t0 + (b0 + np.arange(n + 1, dtype=np.int64)) * INTERVAL_NS]))
+    pts = pts[(pts >= lo) & (pts <= hi)]
+    mid = pts[:-1] + (pts[1:] - pts[:-1]) // 2
+    take = _inside(mid, spans) & ~_inside(mid, cut)
+    bins = (pts[:-1] - t0) // INTERVAL_NS - b0
+    return np.bincount(bins[take], weights=(pts[1:] - pts[:-1])[take], minlength=n).astype("float64")[:n]
+
+
+def _bins(starts, ends, t0: int) -> set[int]:
     out: set[int] = set()
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        b0, b1 = (s - t0) // INTERVAL_NS, (e - t0) // INTERVAL_NS
-        for b in range(int(b0), int(b1) + 1):
-            lo, hi = max(s, t0 + b * INTERVAL_NS), min(e, t0 + (b + 1) * INTERVAL_NS)
-            if hi - lo >= min_ns:
-                out.add(b)
+    for s, e in zip(np.asarray(starts, np.int64).tolist(), np.asarray(ends, np.int64).tolist()):
+        out.update(range((s - t0) // INTERVAL_NS, (max(s + 1, e) - 1 - t0) // INTERVAL_NS + 1))
     return out
 
 
+def ideal_departed(a: int, b: int, queued_at_a: float, tx_in: np.ndarray, size_in: np.ndarray,
+                   rate_bytes_ns: float) -> float:
+    """Bytes a work-conserving NIC at its line rate would send in (a, b], holding queued_at_a
+    bytes at a and handed the frames tx_in (sorted, in (a, b]) of size_in: the least, over the
+    times it could have started a busy period, of the work it had by then plus the rate for the
+    rest (the output of a rate-R server is min over s of arrivals by s plus R(b - s))."""
+    handed_before = queued_at_a + np.concatenate([[0.0], np.cumsum(size_in)[:-1]])
+    terms = handed_before + rate_bytes_ns * (b - tx_in)
+    return float(min(rate_bytes_ns * (b - a), queued_at_a + size_in.sum(), terms.min() if len(terms) else np.inf))
+
+
+def judge_host(mine: pd.DataFrame, dry: np.ndarray, behind: np.ndarray, paused_spans: list[tuple[int, int]],
+               bw_bps: float, frame_bytes: int, burst_bytes: int, start_ns: int, tolerance: float,
+               min_share: float) -> dict:
+    """One sending host's windows of busy time and how many idled with work waiting within the
+    tolerance."""
+    left = mine[mine["depart_ns"].notna() & (mine["depart_ns"] >= 0)]
+    dep = left["depart_ns"].to_numpy(dtype="int64")
+    tx = left["tx_ns"].to_numpy(dtype="int64")
+    size = left["bytes"].to_numpy(dtype="float64")
+    byte_ns = 8e9 / bw_bps                          # ns a byte takes on the wire
+    waiting = (tx, dep)                             # each frame in the NIC: handed over, not yet left
+    wire = (dep, dep + (size * byte_ns).astype("int64"))
+    spans = [waiting, wire, (dry["start_ns"], dry["end_ns"]), (behind["start_ns"], behind["end_ns"])]
+    every = set()
+    for st, en in spans:
+        every |= _bins(st, np.maximum(np.asarray(en, np.int64), np.asarray(st, np.int64) + 1), start_ns)
+    if not every:
+        return {}
+    b0, b1 = min(every), max(every)
+    n = b1 - b0 + 1
+    busy = np.zeros(n, dtype=bool)
+    busy[np.array(sorted(every)) - b0] = True
+    paused = span_ns_per_interval(np.array([a for a, _ in paused_spans], np.int64),
+                                  np.array([b for _, b in paused_spans], np.int64), start_ns, b0, n) > 0
+    judged = busy & ~paused
+    # a gap the data plane recorded idles the wire only while the NIC held nothing and sent
+    # nothing (a class's gap while another class sends is no idle); while it held frames an
+    # idle wire is the shaper's lateness, found from the departures below
+    held = _merged(np.concatenate([waiting[0], wire[0]]), np.concatenate([waiting[1], wire[1]]))
+    gap_ns = span_ns_per_interval(np.concatenate([dry["start_ns"], behind["start_ns"]]),
+                                  np.concatenate([dry["end_ns"], behind["end_ns"]]), start_ns, b0, n, held)
+    dry_ns = span_ns_per_interval(dry["start_ns"], dry["end_ns"], start_ns, b0, n, held)
+    behind_ns = span_ns_per_interval(behind["start_ns"], behind["end_ns"], start_ns, b0, n, held)
+    t_ns = start_ns + (b0 + np.arange(n + 1, dtype="int64")) * INTERVAL_NS
+    span = window_ns(bw_bps, frame_bytes)
+    win = windows(t_ns, judged, span)
+    c_gap = np.concatenate([[0.0], np.cumsum(np.where(judged, gap_ns, 0.0))])
+    o_tx, o_dep = np.argsort(tx, kind="stable"), np.argsort(dep, kind="stable")
+    tx_s, size_tx = tx[o_tx], size[o_tx]
+    dep_s, end_s = dep[o_dep], wire[1][o_dep]
+    c_tx = np.concatenate([[0.0], np.cumsum(size_tx)])
+    c_dep = np.concatenate([[0.0], np.cumsum(size[o_dep])])
+    rate = 1 / byte_ns
+    longest = int(size.max() * byte_ns) + 1 if len(size) else 0
+    ideal, sent = np.zeros(len(win)), np.zeros(len(win))
+    for k, (i, j) in enumerate(win):
+        a, b = int(t_ns[i]), int(t_ns[j])
+        ia, ib = np.searchsorted(tx_s, [a, b], side="right")
+        lo, da, db = np.searchsorted(dep_s, [a - longest, a, b], side="right")
+        # both sides counted as bytes on the wire within (a, b]: the frame being sent at a carries
+        # its rest into the window, for the real NIC and the perfect one alike
+        rest = float(np.maximum(0, end_s[lo:da] - a).sum()) * rate
+        queued = c_tx[ia] - c_dep[da] + rest
+        ideal[k] = ideal_departed(a, b, queued, tx_s[ia:ib], size_tx[ia:ib], rate)
+        sent[k] = rest + float((np.minimum(end_s[da:db], b) - dep_s[da:db]).sum()) * rate
+    first = np.array([w[0] for w in win], dtype=np.int64)
+    last = np.array([w[1] for w in win], dtype=np.int64)
+    length = (last - first) * INTERVAL_NS
+    gap = c_gap[last] - c_gap[first]
+    # what the NIC sent short of a perfect one given the same frames, as wire time: a window's
+    # count of whole frames is off by up to one
+    short_ns = np.maximum(0.0, ideal - sent) * byte_ns
+    idle = gap + short_ns
+    # a NIC cannot send faster than its link: a shaper releasing more than its configured bucket
+    # (burst_bytes, which it may send back to back after idling) ahead of rate
+    fast = sent > length * rate * (1 + tolerance) + frame_bytes + burst_bytes
+    # the switch links' allowance, the tolerance and one frame time, so both ends of a wire are
+    # judged alike (a switch port's counter cannot see an idle shorter than a frame)
+    ok = (idle <= tolerance * length + frame_bytes * byte_ns) & ~fast
+    judged_ns = float(judged.sum() * INTERVAL_NS)
+    win_ns = float(length.sum())
+    total_gap = float(gap.sum())
+    # over the whole busy time, without the frame each window is allowed: a shaper steadily a
+    # little slow passes each window, not this; a window the NIC sent ahead in (its burst after
+    # idling) does not make up for one it fell behind in
+    total_late = float(short_ns.sum())
+    drain_ratio = float(sent.sum() / ideal.sum()) if ideal.sum() > 0 else None
+    idle_share = (total_gap + total_late) / win_ns if win_ns else 0.0
+    n_win = len(win)
+    share = float(ok.mean()) if n_win else None
+    is_judged = n_win >= HOST_MIN_WINDOWS
+    return {"busy_ms": judged_ns / 1e6, "windowed_ms": win_ns / 1e6, "paused_intervals": int((busy & paused).sum()),
+            "window_ms": span / 1e6, "windows": n_win, "within_tolerance": int(ok.sum()), "share": share,
+            "fast_windows": int(fast.sum()), "judged": is_judged,
+            "lead_dry_ms": float(dry_ns[judged].sum() / 1e6), "qp_behind_ms": float(behind_ns[judged].sum() / 1e6),
+            "late_ms": total_late / 1e6, "idle_share": idle_share,
+            # what it sent over its windows against a perfect NIC given the same frames (above 1
+            # by the NIC's burst after each idle period)
+            "drain_ratio": drain_ratio,
+            "ok": not is_judged or (share >= min_share and idle_share <= tolerance)}
+
+
 def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
-                  pauses: dict[str, list[tuple[int, int]]] | None = None) -> dict:
-    """Per sending host: its busy intervals, those in which its link idled with frames waiting
-    (lead dry, a late departure) or a rate-limited QP fell behind, and the verdict (at most 1% of
-    busy intervals). An interval in which PFC paused any class of the host's NIC is not judged: a
-    paused NIC holds its frames by design."""
+                  pauses: dict[str, list[tuple[int, int]]] | None = None, *, frame_bytes: int,
+                  burst_bytes: int, tolerance: float, min_share: float) -> dict:
+    """Per sending host: its windows of busy time, how many idled with work waiting within the
+    tolerance, and the verdict (see the module). An interval in which PFC paused any class of the
+    host's NIC is not judged: a paused NIC holds its frames by design."""
     pauses = pauses or {}
     gaps = _read_gaps(raw)
     src = _sender_of(pkts, plan)
@@ -106,35 +216,21 @@ def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
         mine = pkts[src == name]
         if mine.empty:
             continue
-        dep = mine["depart_ns"].to_numpy()
-        busy = set(((dep[dep >= 0] - start_ns) // INTERVAL_NS).tolist())
         g = gaps[gaps["host"] == hi]
-        dry = g[g["kind"] == records.GAP_LEAD_DRY]
-        behind = g[g["kind"] == records.GAP_QP_BEHIND]
-        bw = spec.get("bw_bps") or 1e12
-        spans = pauses.get(spec.get("ifname", ""), [])
-        paused = _bins_of_spans(np.array([a for a, _ in spans], np.int64), np.array([b for _, b in spans], np.int64),
-                                start_ns, 1)
-        dry_bins = _bins_of_spans(dry["start_ns"], dry["end_ns"], start_ns, IDLE_MIN_NS) - paused
-        late_bins, drain_ratio = slow_intervals(mine, bw, start_ns, exclude=paused)
-        behind_bins = _bins_of_spans(behind["start_ns"], behind["end_ns"], start_ns, IDLE_MIN_NS) - paused
-        idle = dry_bins | late_bins | behind_bins
-        busy = (busy | idle) - paused
-        n_busy = len(busy)
-        share = len(idle) / n_busy if n_busy else 0.0
-        out.append({"host": name, "busy_intervals": n_busy, "idle_intervals": len(idle),
-                    "paused_intervals": len(paused),
-                    "lead_dry_intervals": len(dry_bins), "late_departure_intervals": len(late_bins),
-                    "qp_behind_intervals": len(behind_bins), "idle_share": share,
-                    "lead_dry_ms": float((dry["end_ns"] - dry["start_ns"]).sum() / 1e6),
-                    "qp_behind_ms": float((behind["end_ns"] - behind["start_ns"]).sum() / 1e6),
-                    # long-run drain of the NIC's link over its backlogged intervals (judged from 100 on)
-                    "drain_ratio": drain_ratio,
-                    "ok": share <= MAX_IDLE_SHARE and (drain_ratio is None or drain_ratio >= 1 - DRAIN_TOLERANCE)})
-    worst = max(out, key=lambda h: (not h["ok"], h["idle_share"], -(h["drain_ratio"] or 1))) if out else None
-    return {"interval_ms": INTERVAL_NS / 1e6, "max_idle_share": MAX_IDLE_SHARE,
-            "min_judged_intervals": MIN_JUDGED_INTERVALS,
-            "judged_hosts": sum(1 for h in out if h["busy_intervals"] >= MIN_JUDGED_INTERVALS),
+        v = judge_host(mine, g[g["kind"] == records.GAP_LEAD_DRY], g[g["kind"] == records.GAP_QP_BEHIND],
+                       pauses.get(spec.get("ifname", ""), []), spec.get("bw_bps") or 1e12, frame_bytes,
+                       burst_bytes, start_ns, tolerance, min_share)
+        if v:
+            out.append({"host": name, **v})
+    judged = [h for h in out if h["judged"]]
+    worst = min(judged, key=lambda h: (h["ok"], h["share"], -h["idle_share"])) if judged else None
+    return {"method": "share of windows of busy time spanning max(1 ms, 20 frame times) in which a sending "
+                      "host's link idled with work waiting (the lead dry, a rate-limited QP behind, the shaper "
+                      "late by more than one frame) for at most the tolerance; and over all its busy time, the "
+                      "idle share and the drain rate within the tolerance",
+            "interval_ms": INTERVAL_NS / 1e6, "tolerance": tolerance, "min_share": min_share,
+            "burst_bytes": burst_bytes,
+            "min_windows": HOST_MIN_WINDOWS, "judged_hosts": len(judged),
             "sending_hosts": len(out), "failing_hosts": [h["host"] for h in out if not h["ok"]],
             "worst": worst, "valid": all(h["ok"] for h in out), "hosts": out}
 

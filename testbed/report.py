@@ -185,6 +185,7 @@ def blocks(s: dict, drawn: list[str]) -> list[tuple]:
         fid["verdict"], "INVALID: the emulation could not keep up; the numbers below may not be the "
                         "configured fabric's")
     out.append(("h", 2, f"Fidelity: {verdict}"))
+    hw = (fid.get("hosts") or {}).get("worst") or {}
     rows = [("busy links judged", _num(lf.get("busy_links"))),
             ("drain within tolerance, worst link / all", f"{_num(lf.get('worst_share'), '{:.1%}')} / "
                                                          f"{_num(lf.get('overall_share'), '{:.1%}')}"),
@@ -194,7 +195,9 @@ def blocks(s: dict, drawn: list[str]) -> list[tuple]:
                           f"{_num(lf.get('frame_bytes'))} B frame, and its whole backlogged time within "
                           f"{_num(lf.get('tolerance'), '{:.0%}')}"),
             ("machine CPU idle", _num(fid.get("machine_cpu_idle_fraction"), "{:.0%}")),
-            ("worst sending host idle with work", _num((fid.get("hosts") or {}).get("worst", {}) and fid["hosts"]["worst"]["idle_share"], "{:.2%}"))]
+            ("sending hosts judged", _num((fid.get("hosts") or {}).get("judged_hosts"))),
+            ("worst sending host: windows within tolerance / idle with work",
+             f"{_num(hw.get('share'), '{:.1%}')} / {_num(hw.get('idle_share'), '{:.2%}')}")]
     out.append(("table", ("", ""), rows))
     for note in fid["notes"]:
         out.append(("p", f"- {note}"))
