@@ -216,9 +216,9 @@ def _run_faithfully(name: str, sets: list[str]) -> tuple[Path, dict]:
 
 
 def cmd_baseline(args) -> int:
-    from testbed import analysis, regress
+    from testbed import analysis, limits, regress
     from testbed.scenario import load_scenario
-    load_scenario(args.name)
+    sc = load_scenario(args.name)
     if args.run:
         run_dir = _run_dir(args.run)
         summary = analysis.analyze(run_dir)
@@ -239,6 +239,10 @@ def cmd_baseline(args) -> int:
     why = regress.unrecordable(summary.get("git_commit"))
     if why:
         raise RunFailed(f"{run_dir} is not stored as a baseline: {why}")
+    unreachable = limits.unreachable(regress.baseline_of(summary), sc)
+    if unreachable:
+        raise RunFailed(f"{run_dir} is not stored as a baseline: with {args.name}'s tolerances some limits could "
+                        f"never fail: {'; '.join(unreachable)}")
     path = regress.save_baseline(summary)
     console.print(f"baseline for {args.name} stored in {path} (run {summary['run_id']})")
     return 0
@@ -249,7 +253,7 @@ def cmd_regress(args) -> int:
     run whose fidelity fails is run once more, and is inconclusive, never a pass, if it fails
     again. A broken policy metric (marks, pauses, drops, losses, status) is a regression even then;
     a slower time or a longer queue on such a run is inconclusive (testbed.regress.verdict)."""
-    from testbed import regress
+    from testbed import limits, regress
     from testbed.scenario import load_scenario
     names = args.names or regress.suite()
     scenarios = {n: load_scenario(n, args.set) for n in names}  # bad input before anything runs
@@ -273,6 +277,9 @@ def cmd_regress(args) -> int:
         if stale:
             console.print(f"[yellow]{n}: its baseline ({base['run_id']}) is not of a clean commit: {stale}; "
                           f"record it again with `testbed baseline {n}`[/]")
+        unreachable = limits.unreachable(base, scenarios[n]) if base else []
+        if unreachable:
+            console.print(f"[yellow]{n}: some limits of its baseline could never fail: {'; '.join(unreachable)}[/]")
         overrides = {t.metric: (t.rel, t.abs) for t in scenarios[n].tolerance}
         for c in regress.compare(s, base, overrides) if base else []:
             rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
@@ -295,6 +302,29 @@ def cmd_regress(args) -> int:
     if any(v == "regressed" for v in verdicts.values()):
         return 1
     return 4 if any(v == "inconclusive" for v in verdicts.values()) else 0
+
+
+def cmd_spread(args) -> int:
+    """A scenario's run-to-run spread over its stored runs, and the [[tolerance]] tables it gives."""
+    from testbed import regress
+    from testbed.runner import RESULTS_DIR
+    from testbed.scenario import load_scenario
+    load_scenario(args.name)
+    roots = [Path(r) for r in args.runs] or [RESULTS_DIR / args.name]
+    summaries = []
+    for root in roots:
+        for f in sorted(root.glob("**/summary.json")):
+            s = json.loads(f.read_text())
+            if s.get("scenario") == args.name:
+                summaries.append(s)
+    stats = regress.spread(summaries)
+    n = max((st["runs"] for st in stats.values()), default=0)
+    console.print(f"{args.name}: {len(summaries)} runs, {n} faithful and ok")
+    if n < regress.MIN_SPREAD_RUNS:
+        raise RunFailed(f"{n} faithful runs of {args.name}: a spread needs {regress.MIN_SPREAD_RUNS} or more")
+    commits = sorted({s.get("git_commit") or "?" for s in summaries})
+    print(regress.tolerance_toml(stats, commits))
+    return 0
 
 
 def cmd_list(_args) -> int:
@@ -334,6 +364,10 @@ def main(argv=None) -> int:
     p.add_argument("names", nargs="*")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     p.set_defaults(func=cmd_regress)
+    p = sub.add_parser("spread", help="a scenario's run-to-run spread over stored runs, as [[tolerance]] tables")
+    p.add_argument("name")
+    p.add_argument("runs", nargs="*", metavar="RESULTS_DIR", help="folders holding its runs (default: results/NAME)")
+    p.set_defaults(func=cmd_spread)
     sub.add_parser("list", help="list scenarios").set_defaults(func=cmd_list)
     sub.add_parser("clean", help="remove what killed runs left behind").set_defaults(func=cmd_clean)
     args = ap.parse_args(argv)

@@ -15,7 +15,7 @@ at clsact ingress that closes the accounting of the queue at the other end: port
 switch ports, host_dequeue on host NICs, which also ends RoCE frames there (the NIC consumes them;
 the host's IP stack never sees them).
 Nobody else creates or deletes qdiscs; the switch agent only changes a leaf's TBF rate
-(pause/resume). Host NICs live in their host's namespace; a netlink socket opened there is
+(pause/resume) and, around a resume, its HTB class's bucket. Host NICs live in their host's namespace; a netlink socket opened there is
 kept for the run.
 """
 from __future__ import annotations
@@ -139,9 +139,7 @@ class PortManager:
                      burst=burst, cburst=burst, mtu=c.mtu_bytes + 14)
             for cls, hc in enumerate(layout.htb_classes(link_bps)):
                 p.ipr.tc("add-class", "htb", p.index, ROOT_HANDLE | hc.minor, parent=CLASS_HANDLE,
-                         rate=f"{hc.rate_bps:.0f}bit", ceil=f"{hc.ceil_bps:.0f}bit", prio=hc.prio,
-                         quantum=hc.quantum_bytes, burst=burst, cburst=burst,
-                         mtu=c.mtu_bytes + 14)
+                         **self.htb_class(p, cls))
                 if layout.pausable:
                     p.ipr.tc("add", "tbf", p.index, leaf_handle(cls), parent=ROOT_HANDLE | hc.minor,
                              **self.tbf_running(p, cls))
@@ -175,9 +173,23 @@ class PortManager:
         running = self.tbf_running(p, cls)
         return {"rate": f"{PAUSED_RATE_BPS}bit", "burst": self.config.mtu_bytes + 14, "limit": running["limit"]}
 
+    def htb_class(self, p: Port, cls: int, burst: int | None = None) -> dict:
+        """The HTB class of a leaf (its rate, ceil, priority and bucket), as configure() sets it;
+        burst: another bucket for both its burst and cburst."""
+        c = self.config
+        hc = c.layout.htb_classes(p.bw_mbps * 1e6)[cls]
+        b = burst or (c.htb_burst_bytes if p.is_switch else c.nic_burst_bytes)
+        return {"rate": f"{hc.rate_bps:.0f}bit", "ceil": f"{hc.ceil_bps:.0f}bit", "prio": hc.prio,
+                "quantum": hc.quantum_bytes, "burst": b, "cburst": b, "mtu": c.mtu_bytes + 14}
+
     def leaves(self) -> list[dict]:
-        """Every (port, class) leaf, as the switch agent needs it to pause and resume it."""
+        """Every (port, class) leaf, as the switch agent needs it to pause and resume it. A paused
+        class's HTB bucket fills while it waits (HTB sees an idle class), so a resume would let
+        the whole bucket out at once, ahead of the link's rate: the agent resumes a leaf with a
+        one-frame bucket ("htb_resume"), and gives it its own back ("htb_running") once the
+        first frames have left, by when the saved-up credit is gone."""
         out = []
+        frame = self.config.layout.frame_bytes
         for p in self.ports:
             for cls in range(len(self.config.layout.buffers_bytes)):
                 out.append({"node": p.node, "port": p.port, "ifname": p.ifname, "class": cls,
@@ -185,7 +197,11 @@ class PortManager:
                             "parent": ROOT_HANDLE | leaf_minor(cls), "switch": p.is_switch,
                             "queue": p.slot * MAX_CLASSES + cls if p.is_switch else -1,
                             "pausable": self.config.layout.pausable,
-                            "running": self.tbf_running(p, cls), "paused": self.tbf_paused(p, cls)})
+                            "running": self.tbf_running(p, cls), "paused": self.tbf_paused(p, cls),
+                            "htb_classid": ROOT_HANDLE | leaf_minor(cls), "htb_parent": CLASS_HANDLE,
+                            "htb_running": self.htb_class(p, cls),
+                            "htb_resume": self.htb_class(p, cls, burst=frame),
+                            "bw_bps": p.bw_mbps * 1e6})
         return out
 
     def _offloads_off(self) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from testbed import records
+from testbed.link_analysis import port_series
 
 
 def telemetry_table(raw: Path, plan: dict) -> pd.DataFrame:
@@ -64,6 +65,42 @@ def paused_time(events: pd.DataFrame) -> list[dict]:
              "paused_ms": float(r["sum"]) / 1e6, "longest_ms": float(r["max"]) / 1e6} for _, r in g.iterrows()]
 
 
+RESUME_SPAN_NS = 2_000_000
+
+
+def resume_release(tel: pd.DataFrame, events: pd.DataFrame, rates_bps: dict[str, float], frame_bytes: int,
+                   span_ns: int = RESUME_SPAN_NS) -> dict:
+    """What switch ports sent in the span_ns after each PFC resume beyond their rate, in frames,
+    over the resumes after which the queue still held frames at the span's end (a port with
+    nothing left to send says nothing about its shaper). A real port resumes at line rate; one
+    whose shaper saved up its bucket while paused releases it at once."""
+    if tel.empty or events.empty or "event" not in events:
+        return {"resumes": 0}
+    series = {x.port: x for x in port_series(tel)}
+    excess, ports = [], []
+    for e in events[(events["event"] == "resume")].to_dict("records"):
+        ser, rate = series.get(e["port"]), rates_bps.get(e["port"])
+        if ser is None or not rate:
+            continue
+        i = int(np.searchsorted(ser.t_ns, e["t_ns"], side="right")) - 1
+        j = int(np.searchsorted(ser.t_ns, e["t_ns"] + span_ns, side="left"))
+        if i < 0 or j >= len(ser.t_ns) or ser.depth_bytes[j] < frame_bytes:
+            continue
+        due = rate / 8 * (ser.t_ns[j] - ser.t_ns[i]) / 1e9
+        excess.append((ser.drained_bytes[j] - ser.drained_bytes[i] - due) / frame_bytes)
+        ports.append(e["port"])
+    if not excess:
+        return {"resumes": 0}
+
+    def stats(a: np.ndarray) -> dict:
+        return {"resumes": int(len(a)), "frames_over_rate_p50": float(np.median(a)),
+                "frames_over_rate_p90": float(np.percentile(a, 90)), "frames_over_rate_max": float(a.max())}
+    a, ports = np.array(excess), np.array(ports)
+    by_port = sorted(({"port": str(p)} | stats(a[ports == p]) for p in np.unique(ports)),
+                     key=lambda r: -r["resumes"])
+    return {"span_ms": span_ns / 1e6, **stats(a), "by_port": by_port}
+
+
 def qos_summary(raw: Path, duration_s: float) -> dict | None:
     if not (raw / "agent.json").exists():
         return None
@@ -108,5 +145,8 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
                 "paused_hosts": sorted(set(pauses["node"]) & hosts) if len(pauses) else [],
                 "reaction_us": agent["reaction_us"], "watchdog_fired": agent["watchdog_fired"],
                 "paused_time": paused_time(events),
+                "resume_release": resume_release(
+                    tel, events, {l["ifname"]: l["bw_bps"] for l in plan["leaves"] if l["switch"] and "bw_bps" in l},
+                    plan.get("frame_bytes", 0) or 1),
                 "deadlock": agent["deadlock"], "deadlocked": agent["deadlock"] is not None},
     }

@@ -199,6 +199,46 @@ def compare(summary: dict, baseline: dict, overrides: dict[str, tuple[float, flo
     return rows
 
 
+# A tolerance is this many times the range a metric took over a scenario's faithful runs: a new run
+# falls outside a sample's own range 2/(n+1) of the time (6% at n = 33), which over a scenario's
+# dozen metrics would fail it on spread alone every few runs.
+SPREAD_FACTOR = 1.5
+MIN_SPREAD_RUNS = 20
+
+
+def spread(summaries: list[dict]) -> dict[str, dict]:
+    """Per tracked metric with a tolerance, over the faithful, clean runs among summaries: how
+    many, their least, median and largest value, and the tolerance that spread gives."""
+    ok = [s for s in summaries if s["fidelity"]["verdict"] == "kept_up" and s["status"] == "ok"]
+    values: dict[str, list[float]] = {}
+    for s in ok:
+        for path, v in baseline_of(s)["metrics"].items():
+            tol = tolerance_of(path)
+            if tol is None or tol.better == "equal" or isinstance(v, (bool, str)):
+                continue
+            values.setdefault(path, []).append(float(v))
+    out = {}
+    for path, vs in sorted(values.items()):
+        vs = sorted(vs)
+        lo, hi = vs[0], vs[-1]
+        out[path] = {"runs": len(vs), "min": lo, "median": vs[len(vs) // 2] if len(vs) % 2 else
+                     (vs[len(vs) // 2 - 1] + vs[len(vs) // 2]) / 2, "max": hi,
+                     "abs": float(f"{SPREAD_FACTOR * (hi - lo):.3g}")}
+    return out
+
+
+def tolerance_toml(stats: dict[str, dict], commits: list[str]) -> str:
+    """The [[tolerance]] tables a scenario file records its spread in."""
+    n = max((st["runs"] for st in stats.values()), default=0)
+    lines = [f"# Run-to-run spread over {n} faithful runs (commits {', '.join(c[:8] + ('-dirty' if c.endswith('-dirty') else '') for c in commits)}): each "
+             f"tolerance is {SPREAD_FACTOR:g} x the range (testbed spread)."]
+    for path, st in stats.items():
+        lines += ["[[tolerance]]", f'metric = "{path}"',
+                  f"abs = {st['abs']!r}  # {st['min']:.6g} .. {st['max']:.6g}, median {st['median']:.6g}", "rel = 0.0",
+                  ""]
+    return "\n".join(lines)
+
+
 def suite() -> list[str]:
     """The regression suite: every scenario with expectations or a stored baseline."""
     from testbed.scenario import list_scenarios, load_scenario

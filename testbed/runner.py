@@ -251,7 +251,7 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
     return {
         "out_dir": out_dir, "controller_socket": agent_socket,
         "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name != "port_slot"},
-        "first_minor": leaf_minor(0),
+        "first_minor": leaf_minor(0), "frame_bytes": qos.frame_bytes(sc),
         "poll_hz": sc.qos.agent_poll_hz, "telemetry_hz": sc.qos.telemetry_hz,
         "deadlock_detect_ms": sc.qos.deadlock_detect_ms, "watchdog_ms": sc.qos.pfc_watchdog_ms,
         "queues": queues, "leaves": leaves,

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-from pyroute2.netlink.rtnl import RTM_NEWQDISC
-from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
+from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
+from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
 
 from testbed.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.netns import netns_of
@@ -51,6 +51,12 @@ REPORT_NS = 100_000_000  # telemetry summaries to the controller
 # About 16 frames of 4 KB (in truesize): ~5 ms of a 100 Mb/s link waiting unseen in a switch's input.
 INPUT_BUSY_BYTES = 96 * 1024
 MIN_SLEEP_S = 50e-6
+# A resumed leaf keeps its one-frame HTB bucket until the agent's next look (at least this many
+# frame times at its rate): the XON frame runs the port's qdisc, and the first frame it dequeues
+# spends the credit the pause saved up (HTB caps the credit at the bucket when it charges a frame).
+# Keeping the small bucket longer only adds the slow windows a late kernel timer then cannot
+# catch up (measured on incast-pfc, bench/README.md).
+RESTORE_FRAMES = 0
 
 
 def socket_in(ns_pid: int, family: int) -> socket.socket:
@@ -117,6 +123,19 @@ class PortSockets:
     def close(self) -> None:
         for s in self._socks.values():
             s.close()
+
+
+def htb_class_message(leaf: dict, params: dict) -> bytes:
+    """A change of the leaf's HTB class (RTM_NEWTCLASS without NLM_F_CREATE: it must exist)."""
+    msg = tcmsg()
+    msg["index"] = leaf["ifindex"]
+    msg["handle"] = leaf["htb_classid"]
+    msg["parent"] = leaf["htb_parent"]
+    msg["attrs"] = [["TCA_KIND", "htb"], ["TCA_OPTIONS", sched_htb.get_class_parameters(dict(params))]]
+    msg["header"]["type"] = RTM_NEWTCLASS
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg.encode()
+    return bytes(msg.data)
 
 
 def tbf_message(leaf: dict, params: dict) -> bytes:
@@ -242,8 +261,13 @@ class Agent:
         self.plan_row = np.full(self.n, -1, dtype=np.int64)
         self.plan_row[self.qidx] = np.arange(len(self.qidx))
         self.leaves = plan["leaves"]                      # every pausable leaf
-        self.leaf_msgs = [(tbf_message(l, l["paused"]), tbf_message(l, l["running"])) if l["pausable"] else None
-                          for l in self.leaves]
+        # per pausable leaf: pause, resume, its HTB bucket cut to a frame for the resume, and given back
+        self.leaf_msgs = [(tbf_message(l, l["paused"]), tbf_message(l, l["running"]),
+                           htb_class_message(l, l["htb_resume"]), htb_class_message(l, l["htb_running"]))
+                          if l["pausable"] else None for l in self.leaves]
+        # leaf -> when its own HTB bucket goes back: after RESTORE_FRAMES frame times at its rate
+        self.restore_at: dict[int, int] = {}
+        self.frame_ns = [plan["frame_bytes"] * 8e9 / l["bw_bps"] if l["pausable"] else 0 for l in self.leaves]
         self.xon_frames = [pfc_frame(c, 0) for c in range(8)]
         self.port_socks = PortSockets()
         self.leaf_queue = {i: l["queue"] for i, l in enumerate(self.leaves) if l["queue"] >= 0}
@@ -348,7 +372,11 @@ class Agent:
             return
         del self.causes[leaf]
         l = self.leaves[leaf]
+        # HTB saved up its whole bucket while the class was paused (idle, to HTB): a one-frame
+        # bucket first, so the first frame that leaves spends the credit, not a burst of it
+        self.nl.request(l["ns_pid"], self.leaf_msgs[leaf][2])
         self.nl.request(l["ns_pid"], self.leaf_msgs[leaf][1])
+        self.restore_at[leaf] = time.monotonic_ns() + int(RESTORE_FRAMES * self.frame_ns[leaf])
         # The TBF's new rate only counts once its qdisc runs again; the XON frame makes it run.
         self.port_socks.send(l["ns_pid"], l["ifname"], self.xon_frames[l["class"]])
         t = time.monotonic_ns()
@@ -380,6 +408,14 @@ class Agent:
                 self.ignored[row] = False
                 q = self.queues[self.plan_row[row]]
                 self._log({"event": "watchdog_restored", "queue": q["ifname"], "class": q["class"]})
+
+    def restore_buckets(self, now: int) -> None:
+        """Give resumed leaves their own HTB bucket back, once their first frames have left (it
+        keeps the shaper at its rate through the kernel's timer lateness)."""
+        for leaf, at in list(self.restore_at.items()):
+            if now >= at:
+                del self.restore_at[leaf]
+                self.nl.request(self.leaves[leaf]["ns_pid"], self.leaf_msgs[leaf][3])
 
     def check_watchdog(self, now: int, limit_ns: int) -> None:
         for leaf, since in list(self.paused_since.items()):
@@ -518,6 +554,8 @@ class Agent:
             np.maximum(self.max_depth, view["depth_bytes"], out=self.max_depth)
             if self.feeders:
                 self.check_pfc(view)
+                if self.restore_at:
+                    self.restore_buckets(now)
             polls += 1
             if now >= next_sample:
                 self.sample(now, view)

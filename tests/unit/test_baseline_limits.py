@@ -1,0 +1,93 @@
+"""Every limit of every committed baseline lies inside what its scenario can physically produce,
+and the sabotaged policies stay caught at it (testbed/limits.py)."""
+import copy
+import dataclasses
+
+import pytest
+
+from testbed import limits, regress
+from testbed.regress import BASELINE_DIR, check_expectations, compare, load_baseline
+from testbed.scenario import load_scenario
+
+BASELINES = sorted(p.stem for p in BASELINE_DIR.glob("*.json"))
+
+# What each sabotaged policy does to a tracked metric: physics where it is certain (no marking
+# policy marks nothing, no PFC pauses nothing, a route without its dateline deadlocks the ring),
+# and for FIFO scheduling priority-mix's measured bound ratio (0.477-0.48, bench/README.md).
+SABOTAGE = {
+    "incast-ecn": [("qos.ecn=false", "qos.ecn.marked", 0)],
+    "incast-pfc": [("qos.pfc=false", "qos.pfc.pauses", 0)],
+    "priority-mix": [("qos.scheduling=fifo", "collective.bound_ratio", 0.48)],
+    "dateline-torus": [("controller.dateline=false", "qos.pfc.deadlocked", True),
+                       ("controller.dateline=false", "collective.iterations_complete", 0)],
+}
+
+
+def overrides(sc):
+    return {t.metric: (t.rel, t.abs) for t in sc.tolerance}
+
+
+def test_there_are_baselines_to_check():
+    assert BASELINES, f"no committed baseline in {BASELINE_DIR}"
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_every_limit_of_a_committed_baseline_is_physically_reachable(name):
+    sc = load_scenario(name)
+    assert limits.unreachable(load_baseline(name), sc) == []
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_every_tracked_metric_of_a_baseline_has_a_physical_bound(name):
+    sc = load_scenario(name)
+    for path in load_baseline(name)["metrics"]:
+        if regress.tolerance_of(path) is not None:
+            assert limits.physical_range(path, sc) is not None, path
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_committed_baselines_are_of_clean_commits(name):
+    assert regress.unrecordable(load_baseline(name)["git_commit"]) is None
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_the_sabotaged_policies_stay_caught_at_the_limits(name):
+    sc, base = load_scenario(name), load_baseline(name)
+    cases = SABOTAGE.get(name)
+    assert cases, f"{name} has a baseline but no sabotage to check it against"
+    for setting, path, value in cases:
+        caught_by = []
+        if path in base["metrics"]:
+            metrics = copy.deepcopy(base["metrics"]) | {path: value}
+            rows = compare(limits._as_summary(metrics), base, overrides(sc))
+            caught_by += [r["metric"] for r in rows if r["verdict"] == "regressed"]
+        summary = limits._as_summary({path: value})
+        caught_by += [e["metric"] for e in check_expectations(summary, [e.__dict__ for e in sc.expect])
+                      if e["metric"] == path and e["ok"] is False]
+        assert path in caught_by, f"{name} with {setting}: {path} = {value} passes its limits"
+
+
+def test_a_limit_above_the_buffer_is_found():
+    # incast-ecn's bottleneck queue with the old default tolerance (twice the baseline): above its
+    # 2 MiB class buffer, it could never fail
+    sc = load_scenario("incast-ecn")
+    base = {"metrics": {"transport.steady_state.bottleneck_queue.p99_bytes": 1.58e6}}
+    found = limits.unreachable(base, dataclasses.replace(sc, tolerance=()))
+    assert len(found) == 1 and "2.097e+06" in found[0], found
+
+
+def test_a_near_limit_that_admits_none_is_found():
+    # pauses allowed to move 90% down: a run without PFC (no pause at all) would pass
+    sc = load_scenario("incast-pfc")
+    base = {"metrics": {"qos.pfc.pauses": 10}}
+    found = limits.unreachable(base, dataclasses.replace(sc, tolerance=()))
+    assert len(found) == 1 and "qos.pfc.pauses" in found[0], found
+
+
+def test_latency_past_the_buffers_of_a_lossy_class_is_unreachable():
+    sc = load_scenario("incast-ecn")
+    # one switch hop, a 2 MiB class buffer at 100 Mb/s: 168 ms at most
+    assert limits.max_latency_s(sc, 1) == pytest.approx(2 * 2 ** 20 * 8 / 100e6)
+    base = {"metrics": {"latency_by_class_us.roce.p99_us": 126_000.0}}
+    found = limits.unreachable(base, dataclasses.replace(sc, tolerance=()))
+    assert len(found) == 1 and "latency_by_class_us.roce.p99_us" in found[0], found
