@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import signal
@@ -239,11 +240,13 @@ def cmd_baseline(args) -> int:
     why = regress.unrecordable(summary.get("git_commit"))
     if why:
         raise RunFailed(f"{run_dir} is not stored as a baseline: {why}")
+    # a metric whose limit could never fail guards nothing: not tracked, and said so
     unreachable = limits.unreachable(regress.baseline_of(summary), sc)
+    path = regress.save_baseline(summary, untracked=tuple(u.split(":", 1)[0] for u in unreachable))
     if unreachable:
-        raise RunFailed(f"{run_dir} is not stored as a baseline: with {args.name}'s tolerances some limits could "
-                        f"never fail: {'; '.join(unreachable)}")
-    path = regress.save_baseline(summary)
+        console.print(f"[bold yellow]not tracked, since with {args.name}'s tolerances their limits could never "
+                      f"fail[/]: {escape('; '.join(unreachable))} (a scenario records its spread in "
+                      f"{escape('[[tolerance]]')} tables: testbed spread {args.name})")
     console.print(f"baseline for {args.name} stored in {path} (run {summary['run_id']})")
     return 0
 
@@ -279,7 +282,7 @@ def cmd_regress(args) -> int:
                           f"record it again with `testbed baseline {n}`[/]")
         unreachable = limits.unreachable(base, scenarios[n]) if base else []
         if unreachable:
-            console.print(f"[yellow]{n}: some limits of its baseline could never fail: {'; '.join(unreachable)}[/]")
+            console.print(f"[yellow]{n}: some limits of its baseline could never fail: {escape('; '.join(unreachable))}[/]")
         overrides = {t.metric: (t.rel, t.abs) for t in scenarios[n].tolerance}
         for c in regress.compare(s, base, overrides) if base else []:
             rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
@@ -318,7 +321,7 @@ def cmd_spread(args) -> int:
             if s.get("scenario") == args.name:
                 summaries.append(s)
     stats = regress.spread(summaries)
-    n = max((st["runs"] for st in stats.values()), default=0)
+    n = max((st["runs"] for st in stats.values() if st["class"] == "performance"), default=0)
     console.print(f"{args.name}: {len(summaries)} runs, {n} faithful and ok")
     if n < regress.MIN_SPREAD_RUNS:
         raise RunFailed(f"{n} faithful runs of {args.name}: a spread needs {regress.MIN_SPREAD_RUNS} or more")

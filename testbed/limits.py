@@ -6,8 +6,10 @@ cannot exceed its class buffer, a one-way latency through queues that drop when 
 exceed their buffers drained at line rate (a PFC class may be held by pauses, so only the run's
 time limit bounds it there), Jain's index lies in [1/n, 1] over n flows, a count of packets lies
 between none and all the workload sends, and a marked or paused count of zero (the policy gone)
-must fall outside a "near" limit. `testbed baseline` refuses a baseline whose limits fall outside,
-and a unit test checks every committed one.
+must fall outside a "near" limit. `testbed baseline` leaves such a metric out of the baseline it
+stores (its run-to-run spread, or a default tolerance, covers all it can take: it cannot tell a
+regression), `testbed regress` warns about a stored one, and a unit test refuses every committed
+baseline that has one.
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def physical_range(path: str, sc: Scenario) -> Range | None:
 
 def unreachable(baseline: dict, sc: Scenario) -> list[str]:
     """Each tracked metric of the baseline whose limit (with the scenario's tolerances) lies where
-    the scenario cannot take it, so that it could never fail, or that this module cannot bound."""
+    the scenario cannot take it, so that it could never fail: "metric: why"."""
     overrides = {t.metric: (t.rel, t.abs) for t in sc.tolerance}
     rows = regress.compare(_as_summary(baseline["metrics"]), baseline, overrides)
     out = []
@@ -108,8 +110,7 @@ def unreachable(baseline: dict, sc: Scenario) -> list[str]:
         tol = regress.tolerance_of(r["metric"], overrides)
         rng = physical_range(r["metric"], sc)
         if rng is None:
-            out.append(f"{r['metric']}: no physical bound known for it")
-            continue
+            continue   # unbounded() names it
         lim = r["limit"]
         if tol.better == "lower" and not lim < rng.hi:
             out.append(f"{r['metric']}: limit {lim:.4g} is not below {rng.hi:.4g} ({rng.why}): it can never fail")
@@ -123,6 +124,11 @@ def unreachable(baseline: dict, sc: Scenario) -> list[str]:
         elif tol.better == "equal" and not rng.lo <= r["baseline"] <= rng.hi:
             out.append(f"{r['metric']}: baseline {r['baseline']} is outside [{rng.lo}, {rng.hi}] ({rng.why})")
     return out
+
+
+def unbounded(baseline: dict, sc: Scenario) -> list[str]:
+    """The baseline's tracked metrics this module knows no physical bound for."""
+    return [p for p in baseline["metrics"] if regress.tolerance_of(p) is not None and physical_range(p, sc) is None]
 
 
 def _as_summary(metrics: dict) -> dict:

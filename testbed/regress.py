@@ -207,31 +207,40 @@ MIN_SPREAD_RUNS = 20
 
 
 def spread(summaries: list[dict]) -> dict[str, dict]:
-    """Per tracked metric with a tolerance, over the faithful, clean runs among summaries: how
-    many, their least, median and largest value, and the tolerance that spread gives."""
-    ok = [s for s in summaries if s["fidelity"]["verdict"] == "kept_up" and s["status"] == "ok"]
+    """Per tracked metric with a tolerance: how many runs, their least, median and largest value,
+    and the tolerance that spread gives. Over the runs in which nothing failed; a performance
+    metric only over the faithful ones, since it is judged only on those, and a policy metric over
+    all of them, since it is judged on every run."""
+    clean = [s for s in summaries if s["status"] == "ok"]
     values: dict[str, list[float]] = {}
-    for s in ok:
+    for s in clean:
+        faithful = s["fidelity"]["verdict"] == "kept_up"
         for path, v in baseline_of(s)["metrics"].items():
             tol = tolerance_of(path)
             if tol is None or tol.better == "equal" or isinstance(v, (bool, str)):
+                continue
+            if metric_class(path) == "performance" and not faithful:
                 continue
             values.setdefault(path, []).append(float(v))
     out = {}
     for path, vs in sorted(values.items()):
         vs = sorted(vs)
         lo, hi = vs[0], vs[-1]
-        out[path] = {"runs": len(vs), "min": lo, "median": vs[len(vs) // 2] if len(vs) % 2 else
-                     (vs[len(vs) // 2 - 1] + vs[len(vs) // 2]) / 2, "max": hi,
+        mid = len(vs) // 2
+        out[path] = {"runs": len(vs), "class": metric_class(path), "min": lo, "max": hi,
+                     "median": vs[mid] if len(vs) % 2 else (vs[mid - 1] + vs[mid]) / 2,
                      "abs": float(f"{SPREAD_FACTOR * (hi - lo):.3g}")}
     return out
 
 
 def tolerance_toml(stats: dict[str, dict], commits: list[str]) -> str:
     """The [[tolerance]] tables a scenario file records its spread in."""
-    n = max((st["runs"] for st in stats.values()), default=0)
-    lines = [f"# Run-to-run spread over {n} faithful runs (commits {', '.join(c[:8] + ('-dirty' if c.endswith('-dirty') else '') for c in commits)}): each "
-             f"tolerance is {SPREAD_FACTOR:g} x the range (testbed spread)."]
+    runs = {c: max((st["runs"] for st in stats.values() if st["class"] == c), default=0)
+            for c in ("performance", "policy")}
+    names = ", ".join(c[:8] + ("-dirty" if c.endswith("-dirty") else "") for c in commits)
+    lines = [f"# Run-to-run spread: performance metrics over {runs['performance']} faithful runs, policy metrics "
+             f"over {runs['policy']} runs",
+             f"# (commits {names}): each tolerance is {SPREAD_FACTOR:g} x the range (testbed spread)."]
     for path, st in stats.items():
         lines += ["[[tolerance]]", f'metric = "{path}"',
                   f"abs = {st['abs']!r}  # {st['min']:.6g} .. {st['max']:.6g}, median {st['median']:.6g}", "rel = 0.0",
@@ -260,11 +269,14 @@ def unrecordable(commit: str | None) -> str | None:
     return None
 
 
-def save_baseline(summary: dict, directory: Path = BASELINE_DIR) -> Path:
+def save_baseline(summary: dict, directory: Path = BASELINE_DIR, untracked: tuple[str, ...] = ()) -> Path:
+    """Store the run's baseline, without the metrics in untracked (whose limits could never fail)."""
     why = unrecordable(summary.get("git_commit"))
     if why:
         raise ValueError(why)
     directory.mkdir(parents=True, exist_ok=True)
     p = directory / f"{summary['scenario']}.json"
-    p.write_text(json.dumps(baseline_of(summary), indent=1, sort_keys=True) + "\n")
+    base = baseline_of(summary)
+    base["metrics"] = {k: v for k, v in base["metrics"].items() if k not in untracked}
+    p.write_text(json.dumps(base, indent=1, sort_keys=True) + "\n")
     return p

@@ -142,3 +142,29 @@ def test_a_baseline_is_recorded_only_from_a_clean_commit(tmp_path):
         with pytest.raises(ValueError, match="uncommitted|no git commit"):
             save_baseline({**SUMMARY, "scenario": "y", "git_commit": commit}, tmp_path)
     assert not (tmp_path / "y.json").exists()
+
+
+def _run(t, marks, verdict="kept_up", status="ok"):
+    return {"scenario": "s", "run_id": "r", "status": status, "fidelity": {"verdict": verdict},
+            "collective": {"mean_time_s": t, "iterations_complete": 1}, "qos": {"ecn": {"marked": marks}}}
+
+
+def test_the_spread_judges_performance_over_faithful_runs_and_policy_over_every_clean_one():
+    from testbed.regress import SPREAD_FACTOR, spread, tolerance_toml
+    runs = [_run(1.0 + 0.01 * i, 100 + i) for i in range(20)]
+    # an unfaithful run: its time says nothing, its marks count (policy is judged on every run);
+    # a failed run counts for neither
+    runs += [_run(9.0, 90, verdict="could_not_keep_up"), _run(9.0, 0, status="failed")]
+    st = spread(runs)
+    assert st["collective.mean_time_s"]["runs"] == 20 and st["collective.mean_time_s"]["max"] == pytest.approx(1.19)
+    assert st["collective.mean_time_s"]["abs"] == pytest.approx(SPREAD_FACTOR * 0.19, rel=1e-3)
+    assert st["qos.ecn.marked"]["runs"] == 21
+    assert st["qos.ecn.marked"]["min"] == 90 and st["qos.ecn.marked"]["max"] == 119
+    # a metric that must equal its baseline has no tolerance
+    assert "collective.iterations_complete" not in st
+    # the tables parse as the scenario's own
+    import tomllib
+    from testbed.scenario import load_document
+    doc = {"tolerance": tomllib.loads(tolerance_toml(st, ["abc"]))["tolerance"]}
+    sc = load_document("s", doc, "s.toml")
+    assert {t.metric: t.abs for t in sc.tolerance}["qos.ecn.marked"] == pytest.approx(SPREAD_FACTOR * 29)
