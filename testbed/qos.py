@@ -95,15 +95,16 @@ def queue_profile(sc: Scenario, c: ClassSpec, upstream_bps: list[float], reactio
     what the upstream senders (each at its own link rate) still deliver after the queue asks:
     - above XOFF: what each sends during the agent's reaction time, plus two frames a TBF
       pause lets through;
-    - above XON: after a resume every upstream may first send its HTB burst (tokens saved up
-      while it was paused) plus the same, so XON sits that far below the buffer's top.
+    - above XON: after a resume every upstream may first send one frame ahead of its rate (the
+      switch agent resumes a leaf with a one-frame HTB bucket, so the bucket it saved up while
+      paused does not leave at once) plus the same, so XON sits that far below the buffer's top.
     A buffer too small for that leaves XON at two frames (losses become possible: the summary
     shows any drop)."""
     buffer = c.buffer_bytes or sc.fabric.queue_limit_bytes
     frame = frame_bytes(sc)
     pfc = sc.qos.pfc and c.pfc
     in_flight = sum(int(bps / 8 * reaction_s) + 2 * frame for bps in upstream_bps)
-    burst = sc.fabric.htb_burst_bytes * len(upstream_bps)
+    burst = frame * len(upstream_bps)
     headroom = c.headroom_bytes or in_flight
     xoff = c.xoff_bytes or max(2 * frame, buffer - headroom)
     xon = c.xon_bytes or max(2 * frame, min(xoff - 2 * frame, buffer - headroom - burst))
