@@ -168,8 +168,7 @@ def judge_host(mine: pd.DataFrame, dry: np.ndarray, behind: np.ndarray, paused_s
     last = np.array([w[1] for w in win], dtype=np.int64)
     length = (last - first) * INTERVAL_NS
     gap = c_gap[last] - c_gap[first]
-    # what the NIC sent short of a perfect one given the same frames, as wire time: a window's
-    # count of whole frames is off by up to one
+    # what the NIC sent short of a perfect one given the same frames, as wire time
     short_ns = np.maximum(0.0, ideal - sent) * byte_ns
     idle = gap + short_ns
     # a NIC cannot send faster than its link: a shaper releasing more than its configured bucket
@@ -226,8 +225,9 @@ def host_fidelity(raw: Path, pkts: pd.DataFrame, plan: dict, start_ns: int,
     worst = min(judged, key=lambda h: (h["ok"], h["share"], -h["idle_share"])) if judged else None
     return {"method": "share of windows of busy time spanning max(1 ms, 20 frame times) in which a sending "
                       "host's link idled with work waiting (the lead dry, a rate-limited QP behind, the shaper "
-                      "late by more than one frame) for at most the tolerance; and over all its busy time, the "
-                      "idle share and the drain rate within the tolerance",
+                      "late against a perfect NIC given the same frames) for at most the tolerance plus one "
+                      "frame time and sent no more than its rate and burst allow; and over all its busy time, "
+                      "the idle share within the tolerance",
             "interval_ms": INTERVAL_NS / 1e6, "tolerance": tolerance, "min_share": min_share,
             "burst_bytes": burst_bytes,
             "min_windows": HOST_MIN_WINDOWS, "judged_hosts": len(judged),

@@ -68,8 +68,6 @@ def max_latency_s(sc: Scenario, cls: int) -> float:
 def physical_range(path: str, sc: Scenario) -> Range | None:
     """The values a tracked metric can take in this scenario, or None when this module knows no
     bound for it (which the unit test refuses: every tracked metric needs one)."""
-    packets, flows = _packets(sc)
-    roce = class_of_dscp(sc)[sc.workload.dscp]
     if path == "collective.bound_ratio":
         return Range(0.0, BOUND_RATIO_MAX, "no run beats the bound by more than its NIC burst")
     if path == "collective.mean_time_s":
@@ -83,11 +81,13 @@ def physical_range(path: str, sc: Scenario) -> Range | None:
         return Range(0.0, max_latency_s(sc, cls) * 1e6, "its buffers along the longest path at line rate, "
                      "or the time limit where PFC can hold it")
     if path == "transport.steady_state.bottleneck_queue.p99_bytes":
-        return Range(0.0, _buffer(sc, roce), "the collective's class buffer")
+        return Range(0.0, _buffer(sc, class_of_dscp(sc)[sc.workload.dscp]), "the collective's class buffer")
     if path == "transport.steady_state.jain_index":
+        flows = _packets(sc)[1]
         return Range(1.0 / flows, 1.0, f"Jain's index over {flows} flows")
     if path in ("qos.ecn.marked", "packets.lost", "packets.retransmitted", "qos.queues.buffer_drops",
                 "packets.unaccounted"):
+        packets = _packets(sc)[0]
         return Range(0, packets if path != "packets.retransmitted" else INF, f"{packets} data packets sent")
     if path == "packets.timeouts":
         return Range(0, INF, "retransmission timeouts")
