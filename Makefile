@@ -6,7 +6,7 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf nic scenario analyze baseline regress bench test test-unit clean-state list
+.PHONY: setup host venv bpf nic scenario analyze baseline spread regress bench test test-unit clean-state list
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf nic
@@ -47,6 +47,11 @@ analyze: venv
 # Store a new run of NAME (or RUN=<run folder>) as its baseline in baselines/.
 baseline: setup
 	$(PY) -m testbed baseline $(NAME) $(if $(RUN),--run $(RUN))
+
+# NAME's run-to-run spread over its stored runs (results/NAME, or RUNS="dir ..."), as the
+# [[tolerance]] tables its scenario file records.
+spread: venv
+	$(PY) -m testbed spread $(NAME) $(RUNS)
 
 # Run every scenario with expectations or a baseline (or NAMES="a b"), one verdict table.
 regress: setup
