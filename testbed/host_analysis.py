@@ -91,11 +91,18 @@ def span_ns_per_interval(starts, ends, t0: int, b0: int, n: int, minus=None) -> 
     return np.bincount(bins[take], weights=(pts[1:] - pts[:-1])[take], minlength=n).astype("float64")[:n]
 
 
-def _bins(starts, ends, t0: int) -> set[int]:
-    out: set[int] = set()
-    for s, e in zip(np.asarray(starts, np.int64).tolist(), np.asarray(ends, np.int64).tolist()):
-        out.update(range((s - t0) // INTERVAL_NS, (max(s + 1, e) - 1 - t0) // INTERVAL_NS + 1))
-    return out
+def covered_intervals(starts: np.ndarray, ends: np.ndarray, t0: int) -> tuple[int, np.ndarray]:
+    """The first 1 ms interval any span touches, and from it a flag per interval: touched by a
+    span or not (a span [s, e) touches every interval from s's to that of e - 1 ns)."""
+    if not len(starts):
+        return 0, np.zeros(0, dtype=bool)
+    first = (starts - t0) // INTERVAL_NS
+    last = (np.maximum(ends, starts + 1) - 1 - t0) // INTERVAL_NS
+    b0 = int(first.min())
+    mark = np.zeros(int(last.max()) - b0 + 2, dtype=np.int64)
+    np.add.at(mark, first - b0, 1)
+    np.add.at(mark, last - b0 + 1, -1)
+    return b0, np.cumsum(mark)[:-1] > 0
 
 
 def ideal_departed(a: int, b: int, queued_at_a: float, tx_in: np.ndarray, size_in: np.ndarray,
@@ -122,15 +129,11 @@ def judge_host(mine: pd.DataFrame, dry: np.ndarray, behind: np.ndarray, paused_s
     waiting = (tx, dep)                             # each frame in the NIC: handed over, not yet left
     wire = (dep, dep + (size * byte_ns).astype("int64"))
     spans = [waiting, wire, (dry["start_ns"], dry["end_ns"]), (behind["start_ns"], behind["end_ns"])]
-    every = set()
-    for st, en in spans:
-        every |= _bins(st, np.maximum(np.asarray(en, np.int64), np.asarray(st, np.int64) + 1), start_ns)
-    if not every:
+    b0, busy = covered_intervals(np.concatenate([np.asarray(a, np.int64) for a, _ in spans]),
+                                 np.concatenate([np.asarray(e, np.int64) for _, e in spans]), start_ns)
+    n = len(busy)
+    if not n:
         return {}
-    b0, b1 = min(every), max(every)
-    n = b1 - b0 + 1
-    busy = np.zeros(n, dtype=bool)
-    busy[np.array(sorted(every)) - b0] = True
     paused = span_ns_per_interval(np.array([a for a, _ in paused_spans], np.int64),
                                   np.array([b for _, b in paused_spans], np.int64), start_ns, b0, n) > 0
     judged = busy & ~paused
