@@ -97,8 +97,9 @@ def test_a_resumed_port_does_not_release_the_bucket_its_pause_saved_up(tmp_path)
     # it with a one-frame bucket. What the port paused most (spine0-eth1, 12-16 resumes a run)
     # sent beyond its rate over the 2 ms after each resume that left it backlogged, p90 of a run:
     # 6.0-7.4 frames with the saved-up bucket released, -4.2 to -3.3 resumed with one frame (4
-    # runs each, bench/README.md)
-    _, s = run_one(tmp_path, "incast-pfc")
+    # runs each, bench/README.md). Whatever else the run shows: now and then a frame still drops
+    # behind Open vSwitch's input backlog (2 of 39 runs), which the lossless test above is for
+    _, s = run_one(tmp_path, "incast-pfc", expect_rc=None)
     most = s["qos"]["pfc"]["resume_release"]["by_port"][0]
     assert most["resumes"] >= 5, most
     assert most["frames_over_rate_p90"] <= 2, most
