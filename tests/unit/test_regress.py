@@ -168,3 +168,14 @@ def test_the_spread_judges_performance_over_faithful_runs_and_policy_over_every_
     doc = {"tolerance": tomllib.loads(tolerance_toml(st, ["abc"]))["tolerance"]}
     sc = load_document("s", doc, "s.toml")
     assert {t.metric: t.abs for t in sc.tolerance}["qos.ecn.marked"] == pytest.approx(SPREAD_FACTOR * 29)
+
+
+def test_a_go_back_with_nothing_lost_is_the_emulators_on_an_unfaithful_run():
+    from testbed.regress import lost_to_the_emulator, verdict
+    s = {"packets": {"lost": 0, "retransmitted": 33, "resent_without_loss": True}}
+    explained = lost_to_the_emulator(s)
+    assert "packets.retransmitted" in explained
+    assert verdict(["packets.retransmitted", "collective.mean_time_s"], False, explained) == "inconclusive"
+    # a real loss the policy caused is still a regression
+    assert verdict(["packets.retransmitted", "packets.lost"], False,
+                   lost_to_the_emulator({"packets": {"lost": 3, "retransmitted": 40}})) == "regressed"
