@@ -125,29 +125,29 @@ class PortSockets:
             s.close()
 
 
-def htb_class_message(leaf: dict, params: dict) -> bytes:
-    """A change of the leaf's HTB class (RTM_NEWTCLASS without NLM_F_CREATE: it must exist)."""
+def _tc_message(leaf: dict, msg_type: int, handle: int, parent: int, kind: str, options: dict) -> bytes:
+    """A prebuilt tc change request (no NLM_F_CREATE: the qdisc or class must exist)."""
     msg = tcmsg()
     msg["index"] = leaf["ifindex"]
-    msg["handle"] = leaf["htb_classid"]
-    msg["parent"] = leaf["htb_parent"]
-    msg["attrs"] = [["TCA_KIND", "htb"], ["TCA_OPTIONS", sched_htb.get_class_parameters(dict(params))]]
-    msg["header"]["type"] = RTM_NEWTCLASS
+    msg["handle"] = handle
+    msg["parent"] = parent
+    msg["attrs"] = [["TCA_KIND", kind], ["TCA_OPTIONS", options]]
+    msg["header"]["type"] = msg_type
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
     msg.encode()
     return bytes(msg.data)
+
+
+def htb_class_message(leaf: dict, params: dict) -> bytes:
+    """A change of the leaf's HTB class (its bucket, around a resume)."""
+    return _tc_message(leaf, RTM_NEWTCLASS, leaf["htb_classid"], leaf["htb_parent"], "htb",
+                       sched_htb.get_class_parameters(dict(params)))
 
 
 def tbf_message(leaf: dict, params: dict) -> bytes:
-    msg = tcmsg()
-    msg["index"] = leaf["ifindex"]
-    msg["handle"] = leaf["handle"]
-    msg["parent"] = leaf["parent"]
-    msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", sched_tbf.get_parameters(dict(params))]]
-    msg["header"]["type"] = RTM_NEWQDISC
-    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
-    msg.encode()
-    return bytes(msg.data)
+    """A change of the leaf's TBF (its rate: pause or resume)."""
+    return _tc_message(leaf, RTM_NEWQDISC, leaf["handle"], leaf["parent"], "tbf",
+                       sched_tbf.get_parameters(dict(params)))
 
 
 class ControllerLink:
