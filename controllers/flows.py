@@ -5,7 +5,7 @@ import struct
 
 from os_ken.ofproto import ofproto_v1_5
 
-from controllers.rules import Rule
+from controllers.rules import ETH_TYPE_IPV4, TAG_PRIORITY, TAG_TABLE, IngressTag, Rule
 
 # Open vSwitch hashes only IPs (and TCP/SCTP ports) in a plain select group, which would put
 # every RoCE flow (UDP) between two hosts on one path. Its Netronome group property (an
@@ -37,9 +37,12 @@ class NtrSelectionMethod:
         return out
 
 
-def add_flow(dp, priority: int, match, actions, cookie: int = 0, table_id: int = 0) -> None:
+def add_flow(dp, priority: int, match, actions, cookie: int = 0, table_id: int = 0,
+             goto_table: int | None = None) -> None:
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
+    if goto_table is not None:
+        inst.append(parser.OFPInstructionGotoTable(goto_table))
     dp.send_msg(parser.OFPFlowMod(datapath=dp, table_id=table_id, priority=priority, cookie=cookie,
                                   match=match, instructions=inst))
 
@@ -83,7 +86,23 @@ def add_select_group(dp, group_id: int, ports: tuple[int, ...], hash_basis: int 
     return False
 
 
-def install_rule(dp, rule: Rule, group_id: int | None) -> None:
+def install_ingress_tags(dp, tags: list[IngressTag], then_table: int) -> None:
+    """Table 0 of a switch under PFC's ingress rule: each IPv4 frame's Ethernet source becomes
+    its ingress tag with the arriving DSCP in its low six bits (an Open vSwitch move action);
+    everything goes on to the routes."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    for tag in tags:
+        if ofp.OFP_VERSION == ofproto_v1_5.OFP_VERSION:  # OpenFlow 1.5's own copy-field action
+            move = parser.OFPActionCopyField(n_bits=6, oxm_ids=["ip_dscp", "eth_src"])
+        else:  # Open vSwitch's move extension
+            move = parser.NXActionRegMove(src_field="ip_dscp", dst_field="eth_src", n_bits=6)
+        actions = [parser.OFPActionSetField(eth_src=tag.eth_src), move]
+        add_flow(dp, TAG_PRIORITY, parser.OFPMatch(in_port=tag.in_port, eth_type=ETH_TYPE_IPV4), actions,
+                 table_id=TAG_TABLE, goto_table=then_table)
+    add_flow(dp, 0, parser.OFPMatch(), [], table_id=TAG_TABLE, goto_table=then_table)
+
+
+def install_rule(dp, rule: Rule, group_id: int | None, table_id: int = 0) -> None:
     parser = dp.ofproto_parser
     actions = []
     if rule.set_dscp is not None:
@@ -92,4 +111,5 @@ def install_rule(dp, rule: Rule, group_id: int | None) -> None:
         actions.append(parser.OFPActionOutput(rule.ports[0]))
     else:
         actions.append(parser.OFPActionGroup(group_id))
-    add_flow(dp, rule.priority, parser.OFPMatch(**dict(rule.match)), actions, cookie=rule.cookie)
+    add_flow(dp, rule.priority, parser.OFPMatch(**dict(rule.match)), actions, cookie=rule.cookie,
+             table_id=table_id)

@@ -9,8 +9,11 @@ per switch confirms its routes are in; when every switch has confirmed, the app 
 that link, reinstalls only the destinations whose next hops changed, and logs ``reroute_done``
 once every affected switch has confirmed with a barrier.
 
+Under PFC's ingress rule (ingress_tags=1) table 0 tags every IPv4 frame with its ingress port
+(controllers.rules.ingress_tags) and the routes go in table 1.
+
 Parameters (launcher --param): routing=dimension_order|shortest_path|ecmp|dmodk,
-dateline=0|1, vc_dscp=<class dscp>:<channel-1 dscp>[,...].
+dateline=0|1, vc_dscp=<class dscp>:<channel-1 dscp>[,...], ingress_tags=0|1.
 """
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
-from controllers.flows import add_select_group, barrier, delete_flows, delete_groups, install_rule
-from controllers.rules import host_cookie, rules_for
+from controllers.flows import (add_select_group, barrier, delete_flows, delete_groups, install_ingress_tags,
+                               install_rule)
+from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for
 from testbed.routing import compute_routes
 
 
@@ -61,6 +65,8 @@ class ProactiveRouting(app_manager.OSKenApp):
         self.routing = params.get("routing", "dimension_order" if self.fabric.kind == "torus" else "ecmp")
         self.dateline = params.get("dateline", "0") == "1"
         self.vc_dscp = parse_vc_dscp(params.get("vc_dscp", "")) if self.dateline else {}
+        self.ingress_tags = params.get("ingress_tags", "0") == "1"
+        self.route_table = ROUTE_TABLE if self.ingress_tags else 0
         self.down_links: frozenset = frozenset()
         self.down_ports: set[tuple[str, int]] = set()
         self.routes = compute_routes(self.fabric, self.routing)
@@ -72,7 +78,8 @@ class ProactiveRouting(app_manager.OSKenApp):
         self.pending_reroute: dict[int, int] = {}   # dpid -> barrier xid of a reroute
         self.reroute_started_ns = 0
         self.event_log.write("app_started", app="proactive_routing", routing=self.routing,
-                             dateline=self.dateline, switches=len(self.fabric.switches),
+                             dateline=self.dateline, ingress_tags=self.ingress_tags,
+                             switches=len(self.fabric.switches),
                              routes=sum(len(r) for r in self.routes.values()))
 
     # -- installing ---------------------------------------------------------------------------
@@ -93,7 +100,7 @@ class ProactiveRouting(app_manager.OSKenApp):
     def _install_host(self, dp, switch: str, host: str) -> int:
         rules = rules_for(self.fabric, self.routes, switch, host, self.vc_dscp)
         for rule in rules:
-            install_rule(dp, rule, self._group_for(dp, rule.ports))
+            install_rule(dp, rule, self._group_for(dp, rule.ports), table_id=self.route_table)
         return len(rules)
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -109,6 +116,8 @@ class ProactiveRouting(app_manager.OSKenApp):
         delete_flows(dp)
         delete_groups(dp)
         self.groups.pop(dp.id, None)
+        if self.ingress_tags:
+            install_ingress_tags(dp, ingress_tags(self.fabric, sw.name), then_table=ROUTE_TABLE)
         n = sum(self._install_host(dp, sw.name, h.name) for h in self.fabric.hosts)
         self.barrier_xid[dp.id] = barrier(dp)
         self.event_log.write("switch_rules_sent", switch=sw.name, rules=n)

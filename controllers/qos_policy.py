@@ -4,7 +4,7 @@ The switches' fast loops (per-packet marking, XOFF/XON within a millisecond) run
 path and the switch agent (testbed/switch_agent.py); this app owns what they do. When the agent
 connects (a Unix socket in the abstract namespace, name from --param agent_socket), the app
 computes the policy from the scenario's classes and its own routes (testbed.qos.policy: DSCP map,
-per-queue buffers, ECN profiles, XOFF/XON, the pause map) and sends it; it logs every decision
+per-queue buffers, ECN profiles, the PFC rule, XOFF/XON, the pause map) and sends it; it logs every decision
 and what the agent reports (policy applied, telemetry summaries at 10 Hz, deadlocks, watchdog
 firings) to the controller's event log. The scenario's [[policy_changes]] are its run-time
 decisions: at each change's time after traffic starts it recomputes the policy and sends the
@@ -94,6 +94,8 @@ class QosPolicy(app_manager.OSKenApp):
         msg = {"type": "update", "queues": changed}
         if new["pause_map"] != self.policy["pause_map"]:
             msg["pause_map"] = new["pause_map"]
+        if new["ingress"] != self.policy["ingress"]:
+            msg["ingress"] = new["ingress"]  # whole: the agent replaces its ingress thresholds
         self.policy = new
         self._send(conn, msg)
         self.event_log.write("qos_policy_changed", class_name=change.class_name, field=change.field,

@@ -5,11 +5,18 @@ Per destination host, a switch gets one IPv4 and one ARP rule toward its next ho
 next hops become an ECMP select group. With the torus dateline on, the lossless classes get
 extra rules that carry the virtual channel in the DSCP (class DSCP on channel 0, its channel-1
 DSCP after a dateline), decided by testbed.routing.next_vc.
+
+Under PFC's ingress rule every switch first tags each IPv4 frame with where it entered
+(ingress_tags): the Ethernet source becomes TAG_MAC0:TAG_MAC1, the ingress port's slot in the port
+program's maps, 0, and the frame's DSCP as it arrived (before any dateline rewrite); the routes
+then live in ROUTE_TABLE. The egress port's program reads the tag and puts the source back
+(testbed/bpf/port_qos.bpf.c), so no tagged frame leaves a switch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from testbed.qos import switch_port_slots
 from testbed.routing import RouteTable, next_vc
 from topologies.model import Fabric
 
@@ -18,6 +25,9 @@ ETH_TYPE_ARP = 0x0806
 ROUTE_PRIORITY = 100
 VC_PRIORITY = 110
 VC_IN_PORT_PRIORITY = 120
+TAG_PRIORITY = 10
+TAG_MAC0, TAG_MAC1 = 0x7E, 0xCC  # testbed/bpf/port_qos.bpf.c
+TAG_TABLE, ROUTE_TABLE = 0, 1
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,20 @@ class Rule:
     set_dscp: int | None                     # rewrite before output, or None
     ports: tuple[int, ...]                   # one port, or several for an ECMP group
     cookie: int                              # the destination host: its rules change together
+
+
+@dataclass(frozen=True)
+class IngressTag:
+    in_port: int
+    eth_src: str   # the tag, its low six bits to take the frame's DSCP
+
+
+def ingress_tags(fabric: Fabric, switch: str) -> list[IngressTag]:
+    """One tag rule per port of ``switch``: its slot (testbed.qos.switch_port_slots) in the source."""
+    slots = switch_port_slots(fabric)
+    return [IngressTag(port, f"{TAG_MAC0:02x}:{TAG_MAC1:02x}:{slots[(switch, port)] >> 8:02x}:"
+                             f"{slots[(switch, port)] & 0xFF:02x}:00:00")
+            for port in sorted(fabric.ports[switch])]
 
 
 def host_cookie(fabric: Fabric, host: str) -> int:

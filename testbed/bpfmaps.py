@@ -11,6 +11,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +36,12 @@ PROFILE = np.dtype([("limit_bytes", "<u4"), ("kmin_bytes", "<u4"), ("kmax_bytes"
                     ("pmax_q16", "<u4"), ("ecn_on", "<u4"), ("xoff_bytes", "<u4"),
                     ("hist_bucket_bytes", "<u4"), ("pad", "<u4")])
 HIST = np.dtype([("ect", "<u8", (HIST_BUCKETS,)), ("marked", "<u8", (HIST_BUCKETS,))])
+INGRESS = np.dtype([("in_bytes", "<u8"), ("in_pkts", "<u8"), ("out_bytes", "<u8"), ("out_pkts", "<u8"),
+                    ("xoff_bytes", "<u8"), ("lost_bytes", "<u8"), ("xoff_cross_ns", "<u8"),
+                    ("xoff_crossings", "<u8")])
 MAPS = {"queues": (QUEUE, MAX_QUEUES), "profiles": (PROFILE, MAX_QUEUES), "hists": (HIST, MAX_QUEUES),
-        "dscp_class": (np.dtype("<u8"), DSCP_MAP_ENTRIES)}
+        "ingress": (INGRESS, MAX_QUEUES), "dscp_class": (np.dtype("<u8"), DSCP_MAP_ENTRIES)}
+HASH_MAPS = ("port_slot", "host_mac")
 PROGRAMS = ("port_enqueue", "port_dequeue", "host_enqueue", "host_dequeue")
 
 
@@ -90,7 +95,7 @@ class PortQosObject:
             prog = self._lib.bpf_object__find_program_by_name(self._obj, name.encode())
             self.prog_fd[name] = self._lib.bpf_program__fd(prog)
         self.map_fd = {}
-        for name in (*MAPS, "port_slot"):
+        for name in (*MAPS, *HASH_MAPS):
             m = self._lib.bpf_object__find_map_by_name(self._obj, name.encode())
             self.map_fd[name] = self._lib.bpf_map__fd(m)
 
@@ -98,6 +103,13 @@ class PortQosObject:
         key, value = ctypes.c_uint32(ifindex), ctypes.c_uint32(slot)
         if self._lib.bpf_map_update_elem(self.map_fd["port_slot"], ctypes.byref(key), ctypes.byref(value), 0):
             raise OSError(ctypes.get_errno(), f"port_slot update for ifindex {ifindex}")
+
+    def set_host_mac(self, ip: str, mac: str) -> None:
+        """Where port_enqueue finds the Ethernet source address an ingress tag replaced."""
+        key = ctypes.c_uint32(int.from_bytes(socket.inet_aton(ip), "little"))
+        value = ctypes.c_uint64(int.from_bytes(bytes.fromhex(mac.replace(":", "")) + b"\0\0", "little"))
+        if self._lib.bpf_map_update_elem(self.map_fd["host_mac"], ctypes.byref(key), ctypes.byref(value), 0):
+            raise OSError(ctypes.get_errno(), f"host_mac update for {ip}")
 
     def close(self) -> None:
         if self._obj:

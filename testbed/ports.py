@@ -29,7 +29,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.bpfmaps import MAX_CLASSES, PortQosObject
 from testbed.netns import netns_of
-from testbed.qos import PortLayout
+from testbed.qos import PortLayout, switch_port_slots
 
 # bfifo takes the same option struct as pfifo (struct tc_fifo_qopt { u32 limit; }), in bytes;
 # pyroute2 0.9 only registers the pfifo name.
@@ -107,7 +107,7 @@ class PortManager:
             with netns_of(host_pid[h.name]):
                 host_ipr[h.name] = IPRoute()
             self._ns_iprs.append(host_ipr[h.name])
-        slot = 0
+        slots = switch_port_slots(fabric)
         for link in fabric.links:
             for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
                 ifname = fabric.intf_name(node, port)
@@ -119,10 +119,12 @@ class PortManager:
                 p = Port(node, port if is_switch else 0, ifname, ipr, found[0],
                          link.bw_mbps or self.config.bw_mbps, is_switch, host_pid.get(node, 0))
                 if is_switch:
-                    p.slot, slot = slot, slot + 1
+                    p.slot = slots[(node, port)]
                 self.ports.append(p)
         self._by_ifname = {p.ifname: p for p in self.ports}
         self.bpf = PortQosObject()
+        for h in fabric.hosts:
+            self.bpf.set_host_mac(h.ip, h.mac)
 
     def configure(self) -> None:
         c = self.config

@@ -1,11 +1,20 @@
 """Port QoS as data: classes, their HTB parameters, per-queue marking and pause profiles, and the
-pause map (which upstream sender feeds which queue). Pure functions, no kernel state.
+pause map (whom a PFC XOFF pauses). Pure functions, no kernel state.
 
 A queue is (node, port, class): one HTB leaf per class on every port of every node. Switch
 ports mark ECN and trigger pauses; host NICs only classify and can be paused, like a RoCE NIC.
+
+PFC has two rules (qos.pfc_accounting):
+- ingress, as 802.1Qbb switches do it: a switch counts the bytes it holds per (ingress port,
+  class), from the moment a frame enters until it leaves, and an XOFF there pauses that ingress
+  port's peer in that class. Whom to pause does not depend on the routes, so it follows reroutes.
+- egress, the older rule kept to compare: an egress queue's depth pauses every upstream that a
+  route can feed into it (the pause map from the routes at start), whether or not it sent the
+  bytes.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from testbed.routing import RouteTable, next_vc
@@ -113,6 +122,50 @@ def queue_profile(sc: Scenario, c: ClassSpec, upstream_bps: list[float], reactio
                         xoff_bytes=xoff, xon_bytes=xon)
 
 
+def switch_port_slots(fabric: Fabric) -> dict[tuple[str, int], int]:
+    """Each switch port's slot in the port program's maps (its queues are slot x MAX_CLASSES +
+    class): switch link ends in the fabric's link order. The ports (testbed.ports) and the
+    controller's ingress tags (controllers.rules) both number them here."""
+    slots: dict[tuple[str, int], int] = {}
+    for link in fabric.links:
+        for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
+            if node in fabric.switch_by_name:
+                slots[(node, port)] = len(slots)
+    return slots
+
+
+@dataclass(frozen=True)
+class IngressProfile:
+    """PFC thresholds of one (switch ingress port, class): bytes it holds in the switch."""
+    xoff_bytes: int
+    xon_bytes: int
+    headroom_bytes: int
+
+
+def ingress_headroom_bytes(sc: Scenario, c: ClassSpec, upstream_bps: float, reaction_s: float) -> int:
+    """What a paused upstream may still deliver above XOFF: its rate over the agent's reaction time,
+    the frame or two its paused TBF still lets through, and the one on the wire."""
+    return c.headroom_bytes or int(upstream_bps / 8 * reaction_s) + 3 * frame_bytes(sc)
+
+
+def ingress_profile(sc: Scenario, c: ClassSpec, port_bps: list[float], this_bps: float,
+                    reaction_s: float) -> IngressProfile:
+    """PFC thresholds of one ingress port of a switch whose ports run at ``port_bps``. Unless the
+    class sets them, XOFF is low enough that the class's buffer on any egress port holds what all
+    the other ports may deliver at once, each up to XOFF plus its headroom (so derived thresholds
+    are lossless while the agent reacts within reaction_allowance_s); XON sits one headroom below
+    XOFF (at least two frames), so a resume does not at once ask for the next pause."""
+    buffer = c.buffer_bytes or sc.fabric.queue_limit_bytes
+    frame = frame_bytes(sc)
+    feeders = max(1, len(port_bps) - 1)
+    headrooms = sorted(ingress_headroom_bytes(sc, c, bps, reaction_s) for bps in port_bps)
+    worst = sum(headrooms[-feeders:])
+    xoff = c.xoff_bytes or max(2 * frame, (buffer - worst) // feeders)
+    mine = ingress_headroom_bytes(sc, c, this_bps, reaction_s)
+    xon = c.xon_bytes or min(xoff - frame, max(frame, xoff - max(2 * frame, mine)))
+    return IngressProfile(xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=mine)
+
+
 def reaction_allowance_s(sc: Scenario) -> float:
     """What PFC headroom assumes the agent takes to act (measured: p50 0.3-0.5 ms, p99 0.6-2.4 ms:
     the poll interval, a wake-up, a netlink message)."""
@@ -125,26 +178,39 @@ def queue_key(ifname: str, cls: int) -> str:
 
 def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> dict:
     """The port policy a controller sends the switch agent: the DSCP map, every switch queue's
-    profile (buffer, ECN, XOFF/XON) and, per lossless queue, the upstream queues to pause; queues
+    profile (buffer, ECN, and XOFF/XON under the egress rule), the PFC rule, and per lossless
+    queue the upstream queues to pause. Under the ingress rule the lossless queues are (ingress
+    port, class) with their thresholds in "ingress", each pausing its port's peer. Queues are
     named "<interface>:<class index>"."""
-    feeds = pause_map(fabric, table, sc)
     rate_bps = {}
     for link in fabric.links:
         bps = (link.bw_mbps or sc.fabric.bw_mbps) * 1e6
         rate_bps[(link.a, link.a_port if link.a in fabric.switch_by_name else 0)] = bps
         rate_bps[(link.b, link.b_port if link.b in fabric.switch_by_name else 0)] = bps
     reaction_s = reaction_allowance_s(sc)
-    queues, pauses = {}, {}
+    rule = sc.qos.pfc_accounting
+    feeds = pause_map(fabric, table, sc) if rule == "egress" else {}
+    queues, pauses, ingress = {}, {}, {}
     for sw, ports in fabric.ports.items():
-        for port in ports:
+        port_bps = [rate_bps[(sw, p)] for p in ports]
+        for port, (peer, peer_port, _) in ports.items():
             for c, spec in enumerate(sc.classes):
                 ups = sorted(feeds.get((sw, port, c), ()))
                 prof = queue_profile(sc, spec, [rate_bps[(u[0], u[1])] for u in ups], reaction_s)
                 key = queue_key(fabric.intf_name(sw, port), c)
+                if rule == "ingress":
+                    prof = dataclasses.replace(prof, pfc_on=False, xon_bytes=0)
+                    if sc.qos.pfc and spec.pfc:
+                        ing = ingress_profile(sc, spec, port_bps, rate_bps[(sw, port)], reaction_s)
+                        ingress[key] = {"xoff_bytes": ing.xoff_bytes, "xon_bytes": ing.xon_bytes,
+                                        "headroom_bytes": ing.headroom_bytes}
+                        up = peer_port if peer in fabric.switch_by_name else 0
+                        pauses[key] = [queue_key(fabric.intf_name(peer, up), c)]
                 queues[key] = {"profile": list(prof.as_row()), "xon_bytes": prof.xon_bytes}
                 if ups and prof.pfc_on:
                     pauses[key] = [queue_key(fabric.intf_name(u[0], u[1]), u[2]) for u in ups]
-    return {"dscp_class": class_of_dscp(sc), "queues": queues, "pause_map": pauses}
+    return {"dscp_class": class_of_dscp(sc), "pfc_accounting": rule, "queues": queues, "ingress": ingress,
+            "pause_map": pauses}
 
 
 # ---- the pause map -----------------------------------------------------------------------

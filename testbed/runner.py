@@ -136,6 +136,8 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
               "agent_socket": agent_socket}
     if sc.controller.dateline:
         params.update(dateline="1", vc_dscp=f"{sc.workload.dscp}:{sc.controller.vc1_dscp}")
+    if sc.qos.pfc and sc.qos.pfc_accounting == "ingress":
+        params["ingress_tags"] = "1"
     ctl = Controller(apps=[sc.controller.app, sc.controller.qos_app], params=params,
                      fabric_json=raw / "fabric.json", events_path=raw / "controller_events.jsonl",
                      log_path=raw / "controller.log")
@@ -250,7 +252,7 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
               for l in leaves if l["switch"]]
     return {
         "out_dir": out_dir, "controller_socket": agent_socket,
-        "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name != "port_slot"},
+        "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name in bpfmaps.MAPS},
         "first_minor": leaf_minor(0), "frame_bytes": qos.frame_bytes(sc),
         "poll_hz": sc.qos.agent_poll_hz, "telemetry_hz": sc.qos.telemetry_hz,
         "deadlock_detect_ms": sc.qos.deadlock_detect_ms, "watchdog_ms": sc.qos.pfc_watchdog_ms,

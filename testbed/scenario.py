@@ -198,6 +198,11 @@ class QosSpec:
                            "priority queuing off)", "str", choices=("strict", "weighted", "fifo"))
     ecn: bool = spec(False, "ECN marking on the classes that have ecn = true", "bool")
     pfc: bool = spec(False, "PFC-like pause on the classes that have pfc = true", "bool")
+    pfc_accounting: str = spec("ingress", "what a PFC pause counts and whom it pauses: ingress (as 802.1Qbb "
+                               "switches: the bytes each (ingress port, priority) holds in the switch, "
+                               "pausing that port's peer) or egress (the egress queue's depth, pausing every "
+                               "upstream a route can feed into it: the older rule, kept to compare)", "str",
+                               choices=("ingress", "egress"))
     pfc_watchdog_ms: float = spec(0.0, "PFC watchdog: a port paused this long stops honouring pauses "
                                   "(its queue drops instead) until the cause clears; 0: off", "float", 0.0, 60000.0)
     deadlock_detect_ms: float = spec(300.0, "report a PFC deadlock when a cycle of paused, non-empty queues "
@@ -221,13 +226,16 @@ class ClassSpec:
                                "step marking)", "bytes", 0, 64 << 20)
     ecn_pmax: float = spec(0.2, "RED Pmax: marking probability just below Kmax", "float", 0.0, 1.0)
     pfc: bool = spec(False, "lossless: pause upstream senders of this class when qos.pfc is on", "bool")
-    xoff_bytes: int = spec(0, "pause upstream when this class's queue reaches this depth, bytes "
-                           "(0: buffer - headroom_bytes)", "bytes", 0, 64 << 20)
-    xon_bytes: int = spec(0, "resume upstream when the queue falls below this depth, bytes (0: low enough "
-                          "that every upstream's HTB burst after the resume still fits)", "bytes", 0, 64 << 20)
-    headroom_bytes: int = spec(0, "buffer kept above XOFF for what is in flight while a pause takes "
-                               "effect, bytes (0: per upstream port, its rate times the agent's reaction time "
-                               "plus two frames)", "bytes", 0, 64 << 20)
+    xoff_bytes: int = spec(0, "pause upstream when what this class holds reaches this many bytes: per "
+                           "(ingress port, class) under qos.pfc_accounting = ingress, per egress queue under "
+                           "egress (0: derived from the buffer and the headroom, testbed/qos.py)", "bytes",
+                           0, 64 << 20)
+    xon_bytes: int = spec(0, "resume upstream when it falls below this many bytes (0: derived, "
+                          "testbed/qos.py)", "bytes", 0, 64 << 20)
+    headroom_bytes: int = spec(0, "what a paused upstream may still deliver above XOFF while the pause "
+                               "takes effect, bytes (0: per upstream port, its rate times the agent's "
+                               "reaction time plus the frames its paused shaper and the wire hold)",
+                               "bytes", 0, 64 << 20)
 
 
 DEFAULT_CLASSES = (

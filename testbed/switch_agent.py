@@ -4,11 +4,13 @@
 
 It reads the port queues straight from the BPF maps (mmapped: no syscall per sample), so it
 can afford to look often:
-- PFC: a queue at or above XOFF pauses the upstream senders that feed it (pause map, from the
-  routes) in the class the traffic had there; below XON it resumes them. A pause is a
+- PFC: under the ingress rule (802.1Qbb), what a switch holds per (ingress port, class), counted
+  by the port program from the frame's arrival to its departure, at or above XOFF pauses that
+  port's peer in that class; below XON it resumes it. Under the egress rule an egress queue at or
+  above XOFF pauses every upstream the routes feed into it (pause map). A pause is a
   precomputed netlink message that sets the upstream TBF leaf's rate to ~0 (a few us each).
-  Every pause and resume is logged with the time the queue crossed XOFF (stamped per packet by
-  port_enqueue), so reaction time is measured, not estimated.
+  Every pause and resume is logged with the time the count crossed XOFF (stamped per packet in
+  the data path), so reaction time is measured, not estimated.
 - PFC watchdog (optional): an upstream paused longer than the limit is resumed and the queue
   that paused it stops asking (its packets are dropped at its buffer instead) until it drains.
 - Deadlock detection: a cycle of paused, non-empty queues that made no progress for
@@ -220,6 +222,7 @@ class InputBacklog:
     def __init__(self, ifindex_port: dict[int, str]):
         self.ports = ifindex_port
         self.max_bytes: dict[str, int] = {}
+        self.now_bytes: dict[str, int] = {}   # at the last sample
         self.samples = 0
         self.busy_samples = 0  # samples in which some port held more than BUSY_BYTES
 
@@ -229,12 +232,14 @@ class InputBacklog:
         except OSError:
             return
         busy = False
+        self.now_bytes = {}
         for line in lines:
             f = line.split()
             port = self.ports.get(int(f[4]))
             rmem = int(f[6])
             if port is None or not rmem:
                 continue
+            self.now_bytes[port] = self.now_bytes.get(port, 0) + rmem
             if rmem > self.max_bytes.get(port, 0):
                 self.max_bytes[port] = rmem
             busy |= rmem > INPUT_BUSY_BYTES
@@ -277,12 +282,22 @@ class Agent:
         # The controller names queues "<interface>:<class>" (testbed.qos.queue_key).
         self.key_index = {queue_key(q["ifname"], q["class"]): q["index"] for q in self.queues}
         self.key_leaf = {queue_key(l["ifname"], l["class"]): i for i, l in enumerate(self.leaves)}
-        # Policy state, from the controller: queue index -> leaf ids to pause; thresholds.
+        # Policy state, from the controller: the PFC rule; queue index (an egress queue, or under
+        # the ingress rule the (ingress port, class) of the same index) -> leaf ids to pause;
+        # thresholds.
+        self.rule = "egress"
         self.feeders: dict[int, list[int]] = {}
         self.xoff = np.zeros(self.n, dtype=np.uint64)
         self.xon = np.zeros(self.n, dtype=np.uint64)
         self.pfc_rows = self.xoff > 0
         self.max_depth = np.zeros(self.n, dtype=np.uint64)
+        self.max_held = np.zeros(self.n, dtype=np.int64)   # ingress rule: most a row held
+        self._held_check = None                            # ingress rows' counters at the last look for leaks
+        self.ingress_resyncs = 0
+        # a switch's egress queue rows (the deadlock check follows an ingress row to them)
+        self.switch_rows: dict[str, list[int]] = {}
+        for q in self.queues:
+            self.switch_rows.setdefault(q["node"], []).append(q["index"])
         self.asserted = np.zeros(self.n, dtype=bool)   # this queue has paused its feeders
         self.ignored = np.zeros(self.n, dtype=bool)    # watchdog: its pauses are ignored
         self.causes: dict[int, set[int]] = {}                    # paused leaf -> queue rows pausing it
@@ -318,6 +333,8 @@ class Agent:
         if "dscp_class" in msg:
             m.dscp_class[:NON_IP_KEY + 1] = msg["dscp_class"]
             m.dscp_class[FIRST_MINOR_KEY] = self.plan["first_minor"]
+        if "pfc_accounting" in msg:
+            self.rule = msg["pfc_accounting"]
         if "pause_map" in msg:
             self.feeders = {self.key_index[k]: [self.key_leaf[u] for u in ups]
                             for k, ups in msg["pause_map"].items()}
@@ -325,7 +342,18 @@ class Agent:
             ix = self.key_index[key]
             m.profiles[ix] = tuple(q["profile"])
             self.queues[self.plan_row[ix]].update(profile=q["profile"], xon_bytes=q["xon_bytes"])
-            self.xoff[ix], self.xon[ix] = q["profile"][5], q["xon_bytes"]
+            if self.rule == "egress":
+                self.xoff[ix], self.xon[ix] = q["profile"][5], q["xon_bytes"]
+        if self.rule == "ingress" and "ingress" in msg:
+            # every lossless (ingress port, class) is in a policy; an update names them all again
+            self.xoff[:] = 0
+            self.xon[:] = 0
+            m.ingress["xoff_bytes"][:self.n] = 0
+            for key, t in msg["ingress"].items():
+                ix = self.key_index[key]
+                self.xoff[ix], self.xon[ix] = t["xoff_bytes"], t["xon_bytes"]
+                m.ingress["xoff_bytes"][ix] = t["xoff_bytes"]
+                self.queues[self.plan_row[ix]].update(ingress=t)
         self.pfc_rows = self.xoff > 0
         # A queue no longer lossless stops holding its upstreams back.
         for row in np.flatnonzero(self.asserted & ~self.pfc_rows):
@@ -334,7 +362,7 @@ class Agent:
                 self._unpause(leaf, int(row), reason="policy")
         rec = {"event": "policy_applied", "kind": msg["type"], "queues": len(msg["queues"]),
                "ecn_queues": int(sum(q["profile"][4] for q in msg["queues"].values())),
-               "pfc_queues": int(sum(1 for q in msg["queues"].values() if q["profile"][5]))}
+               "pfc_accounting": self.rule, "pfc_queues": int(self.pfc_rows.sum())}
         self._log(rec)
         self.controller.send({"type": "applied", **{k: v for k, v in rec.items() if k != "event"}})
 
@@ -360,7 +388,7 @@ class Agent:
             self.reaction_ns.append(reaction)
         q = self.queues[self.plan_row[row]]
         self._log({"t_ns": t, "event": "pause", "node": l["node"], "port": l["ifname"], "class": l["class"],
-                   "cause": q["ifname"], "cause_class": q["class"], "xoff_cross_ns": cross_ns,
+                   "cause": q["ifname"], "cause_class": q["class"], "accounting": self.rule, "xoff_cross_ns": cross_ns,
                    "reaction_ns": reaction})
 
     def _unpause(self, leaf: int, row: int, reason: str = "xon") -> None:
@@ -385,14 +413,20 @@ class Agent:
         self._log({"t_ns": t, "event": "resume", "node": l["node"], "port": l["ifname"], "class": l["class"],
                    "cause": self.queues[self.plan_row[row]]["ifname"], "paused_ns": t - since, "reason": reason})
 
-    def check_pfc(self, q: np.ndarray) -> None:
-        depth = q["depth_bytes"]
+    def held(self, ing: np.ndarray) -> np.ndarray:
+        """Bytes each (ingress port, class) holds in its switch (ingress rule)."""
+        return (ing["in_bytes"].astype(np.int64) - ing["out_bytes"].astype(np.int64)
+                - ing["lost_bytes"].astype(np.int64))
+
+    def check_pfc(self, depth: np.ndarray, cross_ns: np.ndarray) -> None:
+        """depth: what each lossless row holds (an egress queue's depth, or under the ingress
+        rule what an (ingress port, class) holds); cross_ns: when it last crossed XOFF."""
         over = (depth >= self.xoff) & self.pfc_rows & ~self.asserted & ~self.ignored
         if over.any():
             for row in np.flatnonzero(over):
                 row = int(row)
                 self.asserted[row] = True
-                cross = int(q["xoff_cross_ns"][row])
+                cross = int(cross_ns[row])
                 for leaf in self.feeders.get(row, ()):
                     self._pause(leaf, row, cross)
         if self.asserted.any():
@@ -435,15 +469,22 @@ class Agent:
                     self._unpause(other, row, reason="watchdog")
 
     def check_deadlock(self, now: int, stuck_ns: int) -> None:
-        """Wait-for graph over switch queues: a paused, non-empty queue waits on the queues that
-        paused it. A cycle whose members all made no progress for stuck_ns is a deadlock."""
+        """Wait-for graph over switch egress queues: a paused, non-empty queue waits on the queues
+        that paused it; under the ingress rule, on the paused, non-empty egress queues of the
+        switch whose ingress paused it (where what that ingress holds can be stuck). A cycle whose
+        members all made no progress for stuck_ns is a deadlock."""
         q = self.maps.queues[:self.n]
+        depth = q["depth_bytes"]
+        stuck = {r for leaf in self.causes if (r := self.leaf_queue.get(leaf)) is not None and depth[r] > 0}
         waits: dict[int, set[int]] = {}
         for leaf, rows in self.causes.items():
             r = self.leaf_queue.get(leaf)
-            if r is None:
+            if r is None or r not in stuck:
                 continue  # a host NIC: it waits, but nothing waits on it
-            if q["depth_bytes"][r] > 0:
+            if self.rule == "ingress":
+                waits[r] = {e for row in rows for e in self.switch_rows[self.queues[self.plan_row[row]]["node"]]
+                            if e in stuck}
+            else:
                 waits[r] = set(rows)
         cycle = find_cycle(waits)
         if not cycle:
@@ -489,6 +530,33 @@ class Agent:
                 q["depth_bytes"][r] = 0
                 self._log({"event": "depth_resync", "port": leaf["ifname"], "class": leaf["class"],
                            "stale_bytes": stale})
+
+    def resync_ingress(self, ing: np.ndarray, inputs: "InputBacklog") -> None:
+        """A frame the switch dropped without an egress seeing it (Open vSwitch has no route for
+        it while a route is replaced, or its port is down) would stay counted at its ingress, and
+        that (port, class) would pause its peer for good. Suspects: rows that hold bytes with no
+        frame in or out since the last look (100 ms), on a switch whose egress queues are all
+        empty, with nothing waiting in that port's input socket: what they hold is lost."""
+        now = (ing["in_pkts"].copy(), ing["out_pkts"].copy())
+        last, self._held_check = self._held_check, now
+        if last is None:
+            return
+        held = self.held(ing)
+        suspect = (now[0] == last[0]) & (now[1] == last[1]) & (held > 0)
+        if not suspect.any():
+            return
+        depth = self.maps.queues["depth_bytes"]
+        for r in np.flatnonzero(suspect):
+            r = int(r)
+            if self.plan_row[r] < 0:
+                continue
+            q = self.queues[self.plan_row[r]]
+            if inputs.now_bytes.get(q["ifname"], 0) or any(depth[e] for e in self.switch_rows[q["node"]]):
+                continue
+            ing["lost_bytes"][r] += int(held[r])
+            self.ingress_resyncs += 1
+            self._log({"event": "ingress_resync", "port": q["ifname"], "class": q["class"],
+                       "lost_bytes": int(held[r])})
 
     # -- telemetry ---------------------------------------------------------------------------
 
@@ -537,6 +605,7 @@ class Agent:
         watchdog_ns = int(p["watchdog_ms"] * 1e6)
         self._stuck_since: dict = {}
         view = self.maps.queues[:self.n]
+        ing = self.maps.ingress[:self.n]
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic_ns()
         next_sample = start
@@ -552,10 +621,14 @@ class Agent:
         while not self.stop_requested:
             now = time.monotonic_ns()
             np.maximum(self.max_depth, view["depth_bytes"], out=self.max_depth)
-            if self.feeders:
-                self.check_pfc(view)
-                if self.restore_at:
-                    self.restore_buckets(now)
+            if self.feeders and self.rule == "ingress":
+                held = self.held(ing)
+                np.maximum(self.max_held, held, out=self.max_held)
+                self.check_pfc(held, ing["xoff_cross_ns"])
+            elif self.feeders:
+                self.check_pfc(view["depth_bytes"], view["xoff_cross_ns"])
+            if self.restore_at:
+                self.restore_buckets(now)
             polls += 1
             if now >= next_sample:
                 self.sample(now, view)
@@ -578,6 +651,8 @@ class Agent:
             if now >= next_report:
                 self.report(now, view)
                 self.resync_stale(view)
+                if self.rule == "ingress" and self.feeders:
+                    self.resync_ingress(ing, inputs)
                 next_report = now + REPORT_NS
             if now >= next_input:
                 inputs.sample()
@@ -620,10 +695,31 @@ class Agent:
                             **{f: int(q_end[f][r]) for f in ("enq_pkts", "enq_bytes", "deq_pkts", "drop_pkts",
                                                             "ect_pkts", "mark_pkts", "xoff_crossings")}}
                            for r in range(len(qidx)) if q_end["enq_pkts"][r]],
+            "pfc_accounting": self.rule, "ingress_resyncs": self.ingress_resyncs,
+            "ingress_end": self._ingress_end() if self.rule == "ingress" else [],
             "ecn_hist": {str(r): {"ect": hists["ect"][r].tolist(), "marked": hists["marked"][r].tolist(),
                                   "bucket_bytes": int(self.queues[r]["profile"][6])}
                          for r in range(len(qidx)) if hists["ect"][r].any()},
         }
+
+    def _ingress_end(self) -> list[dict]:
+        """Every (ingress port, class) that saw a frame: what entered and left the switch there,
+        what it held at most and holds now, its thresholds."""
+        ing = self.maps.ingress[self.qidx]
+        held = self.held(ing)
+        out = []
+        for r, ix in enumerate(self.qidx):
+            if not ing["in_pkts"][r]:
+                continue
+            q = self.queues[r]
+            out.append({"port": q["ifname"], "node": q["node"], "class": q["class"],
+                        "in_pkts": int(ing["in_pkts"][r]), "in_bytes": int(ing["in_bytes"][r]),
+                        "out_pkts": int(ing["out_pkts"][r]), "out_bytes": int(ing["out_bytes"][r]),
+                        "lost_bytes": int(ing["lost_bytes"][r]), "held_bytes": int(held[r]),
+                        "max_held_bytes": int(self.max_held[ix]), "xoff_crossings": int(ing["xoff_crossings"][r]),
+                        **({"xoff_bytes": q["ingress"]["xoff_bytes"], "xon_bytes": q["ingress"]["xon_bytes"]}
+                           if "ingress" in q else {})})
+        return out
 
     def close(self) -> None:
         self.events.close()

@@ -11,7 +11,18 @@
  * so the leaf qdisc (sized a little larger) never drops and the depth never drifts.
  * host_enqueue only classifies a host NIC's packets (hosts mark nothing).
  *
- * Layouts of struct queue, struct profile and struct hist are mirrored in testbed/bpfmaps.py.
+ * PFC's per-(ingress port, priority) accounting, as an 802.1Qbb switch keeps it: port_dequeue,
+ * at a switch port's ingress, counts an IPv4 frame into (that port, the class it arrived in) the
+ * moment it enters the switch, so frames still waiting in Open vSwitch's input socket count too.
+ * The userspace datapath carries no metadata from ingress to egress, so the controller's flows
+ * write the ingress port's slot and the frame's arriving DSCP into its Ethernet source address
+ * (TAG_MAC0/1, slot, DSCP: controllers/rules.py); port_enqueue, at the egress port, reads them,
+ * puts the sender's own address back (from host_mac, by IPv4 source) and carries the ingress
+ * queue in skb->cb[1] to where the frame leaves the switch (the far end's ingress), which gives
+ * its bytes back. A frame the egress drops gives them back at once.
+ *
+ * Layouts of struct queue, struct profile, struct hist and struct ingress are mirrored in
+ * testbed/bpfmaps.py.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -29,6 +40,9 @@
 #define TAG 0x7e000000u
 #define TAG_MASK 0xff000000u
 #define NON_IP_KEY 64
+/* the first two bytes of an ingress-tagged Ethernet source (unicast, locally administered) */
+#define TAG_MAC0 0x7e
+#define TAG_MAC1 0xcc
 
 struct queue {
 	__u64 depth_bytes;
@@ -52,6 +66,20 @@ struct profile {
 	__u32 xoff_bytes; /* 0: no PFC on this queue */
 	__u32 hist_bucket_bytes;
 	__u32 pad;
+};
+
+/* One per (switch port, class) as it is an ingress: what entered the switch there and what has
+ * left it. The switch agent owns xoff_bytes (0: not lossless) and lost_bytes (frames the switch
+ * dropped without an egress seeing them, e.g. on a route being replaced). */
+struct ingress {
+	__u64 in_bytes;
+	__u64 in_pkts;
+	__u64 out_bytes;
+	__u64 out_pkts;
+	__u64 xoff_bytes;
+	__u64 lost_bytes;
+	__u64 xoff_cross_ns;
+	__u64 xoff_crossings;
 };
 
 struct hist {
@@ -82,6 +110,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct hist);
 } hists SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, struct ingress);
+} ingress SEC(".maps");
+
+/* IPv4 address of a host (network order) -> its MAC address (the low 6 bytes, in wire order) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} host_mac SEC(".maps");
 
 /* DSCP (0..63) -> class index; entry 64 is the class of non-IP frames; entry 66 holds the minor
  * number of class 0's HTB leaf class. */
@@ -155,19 +199,53 @@ int host_enqueue(struct __sk_buff *skb)
 	return mac_control ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
+/* The ingress queue an ingress-tagged frame counts against (-1: untagged), with the sender's own
+ * Ethernet source address put back. */
+static __always_inline int untag(struct __sk_buff *skb)
+{
+	__u8 src[6];
+	__u32 saddr;
+
+	if (bpf_skb_load_bytes(skb, ETH_ALEN, src, 6) || src[0] != TAG_MAC0 || src[1] != TAG_MAC1)
+		return -1;
+	__u32 slot = (src[2] << 8) | src[3];
+	__u32 cls = lookup_u64(&dscp_class, src[5] & 0x3f, 0);
+	if (slot >= MAX_QUEUES / MAX_CLASSES || cls >= MAX_CLASSES)
+		return -1;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, saddr), &saddr, 4) == 0) {
+		__u64 *mac = bpf_map_lookup_elem(&host_mac, &saddr);
+		if (mac)
+			bpf_skb_store_bytes(skb, ETH_ALEN, mac, 6, 0);
+	}
+	return slot * MAX_CLASSES + cls;
+}
+
+static __always_inline void left_switch(int k, __u64 len)
+{
+	__u32 key = k;
+	struct ingress *in = bpf_map_lookup_elem(&ingress, &key);
+
+	if (in) {
+		__sync_fetch_and_add(&in->out_bytes, len);
+		__sync_fetch_and_add(&in->out_pkts, 1);
+	}
+}
+
 SEC("tc")
 int port_enqueue(struct __sk_buff *skb)
 {
 	int word, mac_control;
+	int k = untag(skb);
 	__u32 cls = classify(skb, &word, &mac_control);
 	__u32 ifindex = skb->ifindex;
+	__u64 len = skb->len;
 
 	if (mac_control)
 		return TC_ACT_SHOT;
 	__u32 *slot = bpf_map_lookup_elem(&port_slot, &ifindex);
 
 	if (!slot)
-		return TC_ACT_OK;
+		goto untracked;
 	__u32 q = *slot * MAX_CLASSES + cls;
 	struct queue *st = bpf_map_lookup_elem(&queues, &q);
 	struct profile *pr = bpf_map_lookup_elem(&profiles, &q);
@@ -175,12 +253,13 @@ int port_enqueue(struct __sk_buff *skb)
 	/* limit 0: the switch agent has not applied this queue's policy yet (Mininet hosts send
 	 * router solicitations as links come up): pass it, unaccounted */
 	if (!st || !pr || !hi || !pr->limit_bytes)
-		return TC_ACT_OK;
+		goto untracked;
 
-	__u64 len = skb->len;
 	__u64 depth = st->depth_bytes;
 	if (depth + len > pr->limit_bytes) {
 		__sync_fetch_and_add(&st->drop_pkts, 1);
+		if (k >= 0)
+			left_switch(k, len);
 		return TC_ACT_SHOT;
 	}
 	int ecn = word >= 0 ? word & 3 : 0;
@@ -213,13 +292,25 @@ int port_enqueue(struct __sk_buff *skb)
 		__sync_fetch_and_add(&st->xoff_crossings, 1);
 	}
 	skb->cb[0] = TAG | q;
+	skb->cb[1] = k >= 0 ? TAG | k : 0;
+	return TC_ACT_OK;
+
+untracked:
+	/* no egress queue will see it leave: it has left the switch as far as its ingress knows */
+	if (k >= 0)
+		left_switch(k, len);
+	skb->cb[1] = 0;
 	return TC_ACT_OK;
 }
 
 static __always_inline void dequeued(struct __sk_buff *skb)
 {
-	__u32 tag = skb->cb[0];
+	__u32 tag = skb->cb[0], itag = skb->cb[1];
 
+	if ((itag & TAG_MASK) == TAG) {
+		skb->cb[1] = 0;
+		left_switch(itag & ~TAG_MASK, skb->len);
+	}
 	if ((tag & TAG_MASK) != TAG)
 		return;
 	__u32 q = tag & ~TAG_MASK;
@@ -233,10 +324,33 @@ static __always_inline void dequeued(struct __sk_buff *skb)
 	__sync_fetch_and_add(&st->deq_pkts, 1);
 }
 
+/* A switch port's ingress: the upstream's queue is closed, and an IPv4 frame enters the switch's
+ * ingress accounting (the frames the controller's flows tag: controllers/rules.py). */
 SEC("tc")
 int port_dequeue(struct __sk_buff *skb)
 {
+	__u16 proto = 0;
+	int word, mac_control;
+	__u32 ifindex = skb->ifindex;
+
 	dequeued(skb);
+	if (bpf_skb_load_bytes(skb, 12, &proto, 2) || proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	__u32 *slot = bpf_map_lookup_elem(&port_slot, &ifindex);
+	if (!slot)
+		return TC_ACT_OK;
+	__u32 k = *slot * MAX_CLASSES + classify(skb, &word, &mac_control);
+	struct ingress *in = bpf_map_lookup_elem(&ingress, &k);
+	if (!in)
+		return TC_ACT_OK;
+	__u64 len = skb->len;
+	__u64 held = in->in_bytes - in->out_bytes - in->lost_bytes;
+	__sync_fetch_and_add(&in->in_bytes, len);
+	__sync_fetch_and_add(&in->in_pkts, 1);
+	if (in->xoff_bytes && (__s64)held < (__s64)in->xoff_bytes && (__s64)(held + len) >= (__s64)in->xoff_bytes) {
+		in->xoff_cross_ns = bpf_ktime_get_ns();
+		__sync_fetch_and_add(&in->xoff_crossings, 1);
+	}
 	return TC_ACT_OK;
 }
 

@@ -9,6 +9,8 @@ import subprocess
 import pandas as pd
 import pytest
 
+from testbed.scenario import build_fabric, load_scenario
+
 from helpers import ROOT, assert_ran, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
@@ -61,25 +63,47 @@ def test_incast_ecn_marks_by_the_profile_on_the_congested_port_only(tmp_path):
     assert q["telemetry"]["achieved_hz"] >= 900
 
 
+def peers(name):
+    """Each switch port's peer interface: whom a PFC frame from that port pauses."""
+    fabric = build_fabric(load_scenario(name).fabric)
+    return {fabric.intf_name(sw, port): fabric.intf_name(peer, peer_port if peer in fabric.switch_by_name else 0)
+            for sw, ports in fabric.ports.items() for port, (peer, peer_port, _) in ports.items()}
+
+
+def assert_ingress_accounting_balanced(run_dir):
+    """Every frame an (ingress port, class) counted in left the switch, none was written off as
+    lost, and nothing is still held."""
+    ingress = json.loads((run_dir / "raw" / "agent.json").read_text())["ingress_end"]
+    assert ingress
+    for row in ingress:
+        assert row["in_pkts"] == row["out_pkts"] and row["in_bytes"] == row["out_bytes"], row
+        assert row["lost_bytes"] == row["held_bytes"] == 0, row
+    return ingress
+
+
 def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
     run_dir, s = run_one(tmp_path, "incast-pfc")
     pfc = s["qos"]["pfc"]
     assert s["status"] == "ok"
-    # lossless: nothing dropped anywhere, no transmission lost (a rare NAK after a reordering
-    # inside Open vSwitch can still make go-back-N resend: not a loss)
+    # lossless on thresholds derived from the rates and the reaction time alone: nothing dropped
+    # anywhere, no transmission lost (a rare NAK after a reordering inside Open vSwitch can still
+    # make go-back-N resend: not a loss)
     assert s["packets"]["port_buffer_drops"] == 0 and s["packets"]["lost"] == 0, s["packets"]
     assert s["packets"]["timeouts"] == 0
     assert pfc["pauses"] > 0 and pfc["pauses"] == pfc["resumes"]
     events = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
     pauses = [e for e in events if e["event"] == "pause"]
-    # hop by hop: the bottleneck pauses the spine and its local senders, the spine pauses the
-    # other leaves' uplinks, and those pause their hosts
-    assert {"spine0-eth1", "h0_1-eth0"} <= {e["port"] for e in pauses if e["cause"] == "leaf0-eth1"}
+    # as 802.1Qbb: what an (ingress port, class) holds pauses that port's peer, and only it
+    peer = peers("incast-pfc")
+    assert all(e["accounting"] == "ingress" and e["port"] == peer[e["cause"]] for e in pauses), pauses
+    # hop by hop: the bottleneck leaf pauses the spine and its local senders, the spine pauses
+    # the other leaves' uplinks, and those pause their hosts
+    assert {"spine0-eth1", "h0_1-eth0"} <= {e["port"] for e in pauses if e["cause"].startswith("leaf0-")}
     assert any(e["node"].startswith("leaf") for e in pauses if e["cause"].startswith("spine"))
     assert any(e["node"].startswith("h3") for e in pauses if e["cause"].startswith("leaf3"))
     assert pfc["reaction_us"]["p50"] < 1000
+    assert_ingress_accounting_balanced(run_dir)
     (victim,) = [b for b in s["background"] if b["tag"] == "victim"]
-    # the same run without PFC: the bottleneck drops, and the victim flows freely
     # the same run without PFC (a sabotaged policy): the bottleneck drops, the scenario's
     # expectations catch it, and the victim flows freely
     _, off = run_one(tmp_path, "incast-pfc", "qos.pfc=false", expect_rc=1)
@@ -90,6 +114,29 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
     (victim_off,) = [b for b in off["background"] if b["tag"] == "victim"]
     assert victim_off["slowdown"] < 1.6
     assert victim["slowdown"] > 2 * victim_off["slowdown"], (victim, victim_off)
+
+
+def test_ingress_tags_count_every_frame_across_a_fat_tree_and_leave_no_trace(tmp_path):
+    # ECMP incast over edge, aggregation and core switches: each switch counts a frame at the
+    # ingress it entered by, its flows carry that ingress in the Ethernet source to the egress,
+    # and the egress puts the sender's address back
+    run_dir, s = run_one(tmp_path, "incast-fattree-pfc", "run.capture=true", expect_rc=None)
+    assert s["packets"]["port_buffer_drops"] == 0 and s["packets"]["lost"] == 0, s["packets"]
+    ingress = assert_ingress_accounting_balanced(run_dir)
+    assert {r["node"][0] for r in ingress} == {"e", "a", "c"}
+    events = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
+    peer = peers("incast-fattree-pfc")
+    pauses = [e for e in events if e["event"] == "pause"]
+    assert pauses and all(e["port"] == peer[e["cause"]] for e in pauses)
+    plan = json.loads((run_dir / "raw" / "plan.json").read_text())
+    mac = {h["ip"]: h["mac"] for h in plan["hosts"]}
+    receiver = plan["flows"][0]["dst"]
+    out = subprocess.run(["tshark", "-r", str(run_dir / "pcap" / f"{receiver}.pcap"), "-Y", "ip", "-T", "fields",
+                          "-e", "eth.src", "-e", "ip.src"], capture_output=True, text=True, check=True)
+    frames = [line.split("\t") for line in out.stdout.splitlines() if line]
+    assert len(frames) > 1000
+    assert {src for src, _ in frames} <= set(mac.values())
+    assert all(src == mac[ip] for src, ip in frames)
 
 
 def test_a_resumed_port_does_not_release_the_bucket_its_pause_saved_up(tmp_path):

@@ -123,15 +123,99 @@ def test_class_table_errors_name_the_class_and_field():
 
 
 def test_policy_names_every_switch_queue_and_pauses_by_name():
-    sc = load_scenario("incast-pfc")
+    sc = load_scenario("incast-pfc", ["qos.pfc_accounting=egress"])
     fabric = build_fabric(sc.fabric)
     pol = qos.policy(sc, fabric, compute_routes(fabric, "shortest_path"))
     n_switch_ports = sum(len(p) for p in fabric.ports.values())
     assert len(pol["queues"]) == n_switch_ports * len(sc.classes)
+    assert pol["pfc_accounting"] == "egress" and pol["ingress"] == {}
     assert set(pol["pause_map"]["leaf0-eth1:1"]) >= {"h0_1-eth0:1", "h0_4-eth0:1"}
     assert all(k.endswith(":1") for k in pol["pause_map"])  # only the lossless class pauses
     off = qos.policy(sc.with_class_change("roce", "pfc", False), fabric, compute_routes(fabric, "shortest_path"))
     assert off["pause_map"] == {} and off["queues"]["leaf0-eth1:1"]["profile"][5] == 0
+
+
+@pytest.mark.parametrize("name,overrides", [("incast-pfc", []), ("pipeline-fattree", []),
+                                            ("dateline-torus", []), ("pfc-deadlock-torus", [])])
+def test_ingress_rule_pauses_only_the_peer_of_the_ingress_port_in_the_class_it_arrived_in(name, overrides):
+    sc = load_scenario(name, overrides)
+    fabric = build_fabric(sc.fabric)
+    pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
+    assert pol["pfc_accounting"] == "ingress"
+    lossless = [i for i, c in enumerate(sc.classes) if c.pfc]
+    expected = {}
+    for sw, ports in fabric.ports.items():
+        for port, (peer, peer_port, _) in ports.items():
+            up = fabric.intf_name(peer, peer_port if peer in fabric.switch_by_name else 0)
+            for c in lossless:
+                expected[qos.queue_key(fabric.intf_name(sw, port), c)] = [qos.queue_key(up, c)]
+    assert pol["pause_map"] == expected
+    assert set(pol["ingress"]) == set(expected)
+    # an egress queue's depth pauses nothing under this rule: its XOFF is off in the data path
+    assert all(q["profile"][5] == 0 for q in pol["queues"].values())
+
+
+@pytest.mark.parametrize("name", ["incast-pfc", "pipeline-fattree", "dateline-torus", "pfc-deadlock-torus"])
+def test_ingress_thresholds_keep_every_egress_buffer_lossless(name):
+    # What an egress queue holds came in at the switch's other ports; each holds at most XOFF plus
+    # the headroom its paused peer may still deliver. The derived (or set) thresholds must fit the
+    # class's buffer on every egress port, whichever ports feed it.
+    sc = load_scenario(name)
+    fabric = build_fabric(sc.fabric)
+    pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
+    frame = qos.frame_bytes(sc)
+    for c, spec in enumerate(sc.classes):
+        if not spec.pfc:
+            continue
+        buffer = spec.buffer_bytes or sc.fabric.queue_limit_bytes
+        for sw, ports in fabric.ports.items():
+            t = {p: pol["ingress"][qos.queue_key(fabric.intf_name(sw, p), c)] for p in ports}
+            for egress in ports:
+                worst = sum(v["xoff_bytes"] + v["headroom_bytes"] for p, v in t.items() if p != egress)
+                assert worst <= buffer, (sw, egress, worst, buffer)
+            for v in t.values():
+                assert frame <= v["xon_bytes"] < v["xoff_bytes"], v
+
+
+def test_derived_ingress_thresholds_from_rates_and_reaction_time():
+    sc = load_scenario("incast-pfc")
+    roce = dataclasses.replace(sc.classes[1], buffer_bytes=1 << 20, xoff_bytes=0, xon_bytes=0)
+    frame = qos.frame_bytes(sc)
+    # a leaf: four hosts at 100 Mb/s, one uplink at 400 Mb/s, 2 ms to react
+    p = qos.ingress_profile(sc, roce, [100e6] * 4 + [400e6], 100e6, reaction_s=0.002)
+    host, up = 25_000 + 3 * frame, 100_000 + 3 * frame
+    assert p.headroom_bytes == host
+    # any four of the five ports may feed the fifth: the uplink and three hosts at worst
+    assert p.xoff_bytes == ((1 << 20) - up - 3 * host) // 4
+    assert p.xon_bytes == p.xoff_bytes - host
+    # a buffer too small for that still pauses at two frames
+    tiny = dataclasses.replace(roce, buffer_bytes=64 << 10)
+    small = qos.ingress_profile(sc, tiny, [100e6] * 5, 100e6, reaction_s=0.002)
+    assert small.xoff_bytes == 2 * frame and small.xon_bytes == frame
+    # set by hand, they are kept
+    hand = qos.ingress_profile(sc, dataclasses.replace(roce, xoff_bytes=300_000, xon_bytes=100_000),
+                               [100e6] * 5, 100e6, reaction_s=0.002)
+    assert (hand.xoff_bytes, hand.xon_bytes) == (300_000, 100_000)
+
+
+def test_ingress_tags_carry_the_slot_the_port_program_reads():
+    from controllers.rules import TAG_MAC0, TAG_MAC1, ingress_tags
+    fabric = build_fabric(load_scenario("pipeline-fattree").fabric)
+    slots = qos.switch_port_slots(fabric)
+    assert sorted(slots.values()) == list(range(len(slots)))
+    seen = set()
+    for sw in fabric.switch_by_name:
+        tags = ingress_tags(fabric, sw)
+        assert {t.in_port for t in tags} == set(fabric.ports[sw])
+        for t in tags:
+            b = bytes.fromhex(t.eth_src.replace(":", ""))
+            # what untag() in port_qos.bpf.c reads: magic, slot (big-endian), a free byte, DSCP bits
+            assert (b[0], b[1]) == (TAG_MAC0, TAG_MAC1) and b[4] == 0 and b[5] & 0x3F == 0
+            assert not b[0] & 1  # a unicast source
+            slot = b[2] << 8 | b[3]
+            assert slot == slots[(sw, t.in_port)]
+            seen.add(slot)
+    assert seen == set(slots.values())
 
 
 def test_scenario_round_trips_through_json_and_policy_changes_are_checked():
