@@ -69,9 +69,15 @@ def print_summary(s: dict, run_dir: Path) -> None:
         t.add_row("ECN marked / ECT packets (summed over ports)", f"{q['ecn']['marked']} / {q['ecn']['ect_packets']}")
         pfc = q["pfc"]
         react = pfc["reaction_us"]
-        t.add_row("PFC pauses (ports) / reaction p50, p99 (us)",
+        t.add_row(f"PFC pauses (ports), {pfc.get('accounting', 'egress')} rule / reaction p50, p99 (us)",
                   f"{pfc['pauses']} ({pfc['paused_ports']}) / {_fmt(react['p50'], '{:.0f}')}, "
                   f"{_fmt(react['p99'], '{:.0f}')}")
+        ing = pfc.get("ingress")
+        if ing and ing["busiest"]:
+            top = ing["busiest"][0]
+            t.add_row("PFC ingress: most held (bytes) / its XOFF / frames written off",
+                      f"{top['max_held_bytes']} on {top['port']} class {top['class']} / {top.get('xoff_bytes', '-')} / "
+                      f"{ing['resyncs']}")
         ib = q.get("ovs_input_backlog")
         if ib and ib["samples"]:
             t.add_row("OVS input backlog: max (KiB) / samples over "

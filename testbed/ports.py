@@ -30,6 +30,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 from testbed.bpfmaps import MAX_CLASSES, PortQosObject
 from testbed.netns import netns_of
 from testbed.qos import PortLayout, switch_port_slots
+from testbed.steering import run_helper
 
 # bfifo takes the same option struct as pfifo (struct tc_fifo_qopt { u32 limit; }), in bytes;
 # pyroute2 0.9 only registers the pfifo name.
@@ -96,6 +97,7 @@ class PortManager:
         self._root_ipr: IPRoute | None = None
         self._ns_iprs: list[IPRoute] = []
         self._by_ifname: dict[str, Port] = {}
+        self.steering = "not set"
 
     def attach(self, net, fabric) -> None:
         """Open netlink sockets for every interface of the fabric (hosts' inside their namespace)."""
@@ -158,6 +160,15 @@ class PortManager:
                      name=ingress, parent=CLSACT_INGRESS, direct_action=True)
             if p.is_switch:
                 self.bpf.set_port_slot(p.index, p.slot)
+        self.steering = self._steer()
+
+    def _steer(self) -> str:
+        """Per-flow receive steering on every link end (testbed.steering): what was used."""
+        done = run_helper([(p.ns_pid, p.ifname) for p in self.ports])
+        if not done["set"]:
+            return f"none ({done['why']}): a flow's frames can be reordered between CPUs' backlogs"
+        return (f"rps on {done['set']} veth receive queues (every CPU, by flow hash): a flow's frames keep "
+                f"their order")
 
     def tbf_running(self, p: Port, cls: int) -> dict:
         """The TBF leaf's parameters when not paused. Its limit is the class buffer plus a margin:

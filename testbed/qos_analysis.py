@@ -101,6 +101,21 @@ def resume_release(tel: pd.DataFrame, events: pd.DataFrame, rates_bps: dict[str,
     return {"span_ms": span_ns / 1e6, **stats(a), "by_port": by_port}
 
 
+def ingress_summary(agent: dict) -> dict | None:
+    """Under PFC's ingress rule: the (ingress port, class) rows that held most at their peak, how
+    many frames' bytes had to be written off as lost inside a switch (ingress_resync events), and
+    how many rows did not balance at the end (in != out + written off: a leak)."""
+    rows = agent.get("ingress_end") or []
+    if agent.get("pfc_accounting") != "ingress":
+        return None
+    busiest = sorted(rows, key=lambda r: r["max_held_bytes"], reverse=True)[:5]
+    return {"rows": len(rows), "resyncs": agent.get("ingress_resyncs", 0),
+            "lost_bytes": int(sum(r["lost_bytes"] for r in rows)),
+            "unbalanced_rows": int(sum(1 for r in rows if r["held_bytes"] != 0)),
+            "busiest": [{k: r.get(k) for k in ("port", "class", "max_held_bytes", "xoff_bytes", "xon_bytes",
+                                               "xoff_crossings")} for r in busiest]}
+
+
 def qos_summary(raw: Path, duration_s: float) -> dict | None:
     if not (raw / "agent.json").exists():
         return None
@@ -140,7 +155,9 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
                                    "ect": q["ect_pkts"]} for q in marks],
                 "profiles": ecn_profiles},
         "ovs_input_backlog": agent.get("ovs_input_backlog"),
-        "pfc": {"pauses": agent["pauses"], "resumes": agent["resumes"],
+        "pfc": {"accounting": agent.get("pfc_accounting", "egress"),
+                "ingress": ingress_summary(agent),
+                "pauses": agent["pauses"], "resumes": agent["resumes"],
                 "paused_ports": int(pauses[["port", "class"]].drop_duplicates().shape[0]) if len(pauses) else 0,
                 "paused_hosts": sorted(set(pauses["node"]) & hosts) if len(pauses) else [],
                 "reaction_us": agent["reaction_us"], "watchdog_fired": agent["watchdog_fired"],

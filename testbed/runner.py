@@ -66,9 +66,14 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
                 "ecn": "per packet, RED profile on the exact queue depth, in a cls_bpf program at enqueue "
                        "(kernel red/prio absent here; one mechanism on every kernel keeps runs comparable)"
                        if sc.qos.ecn else "off",
-                "pfc": "switch agent: XOFF/XON on the exact queue depth; pause = tbf rate change on the "
-                       "upstream class leaf over netlink, resume = rate back plus an 802.1Qbb XON frame"
-                       if sc.qos.pfc else "off",
+                "pfc": (("switch agent: XOFF/XON on the bytes each (ingress port, class) holds in its switch, "
+                         "counted in the port program from arrival to departure, the ingress carried in the "
+                         "Ethernet source by the controller's flows; pauses the ingress port's peer"
+                         if sc.qos.pfc_accounting == "ingress" else
+                         "switch agent: XOFF/XON on the egress queue's exact depth; pauses every upstream the "
+                         "routes feed into it") +
+                        "; pause = tbf rate change on the upstream class leaf over netlink, resume = rate back "
+                        "plus an 802.1Qbb XON frame") if sc.qos.pfc else "off",
                 "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
                               f"routes, sends it to the switch agent, logs its reports and decisions",
                 "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
@@ -154,8 +159,9 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
         net = EmulatedFabric(fabric, ports, ctl.port, datapath, record)
         try:
             with net:
+                manifest["mechanisms"]["receive_steering"] = net.ports.steering
                 log(f"fabric up: {len(fabric.switches)} switches, {len(fabric.hosts)} hosts, "
-                    f"{len(fabric.links)} links ({manifest['mechanisms']['datapath']})")
+                    f"{len(fabric.links)} links ({manifest['mechanisms']['datapath']}; {net.ports.steering})")
                 ready = ctl.wait_routes_ready(sc.run.routes_ready_timeout_s)
                 timings["routes_ready"] = time.monotonic() - t0
                 log(f"routes ready {timings['routes_ready']:.2f} s after start")

@@ -534,9 +534,9 @@ class Agent:
     def resync_ingress(self, ing: np.ndarray, inputs: "InputBacklog") -> None:
         """A frame the switch dropped without an egress seeing it (Open vSwitch has no route for
         it while a route is replaced, or its port is down) would stay counted at its ingress, and
-        that (port, class) would pause its peer for good. Suspects: rows that hold bytes with no
-        frame in or out since the last look (100 ms), on a switch whose egress queues are all
-        empty, with nothing waiting in that port's input socket: what they hold is lost."""
+        that (port, class) would pause its peer for good. A row can only hold what waits in its
+        port's input socket plus what the switch's egress queues hold: of a row that saw no frame
+        in or out since the last look (100 ms), anything above that is written off as lost."""
         now = (ing["in_pkts"].copy(), ing["out_pkts"].copy())
         last, self._held_check = self._held_check, now
         if last is None:
@@ -551,12 +551,13 @@ class Agent:
             if self.plan_row[r] < 0:
                 continue
             q = self.queues[self.plan_row[r]]
-            if inputs.now_bytes.get(q["ifname"], 0) or any(depth[e] for e in self.switch_rows[q["node"]]):
+            could = inputs.now_bytes.get(q["ifname"], 0) + int(sum(int(depth[e]) for e in self.switch_rows[q["node"]]))
+            lost = int(held[r]) - could
+            if lost <= 0:
                 continue
-            ing["lost_bytes"][r] += int(held[r])
+            ing["lost_bytes"][r] += lost
             self.ingress_resyncs += 1
-            self._log({"event": "ingress_resync", "port": q["ifname"], "class": q["class"],
-                       "lost_bytes": int(held[r])})
+            self._log({"event": "ingress_resync", "port": q["ifname"], "class": q["class"], "lost_bytes": lost})
 
     # -- telemetry ---------------------------------------------------------------------------
 
