@@ -361,12 +361,14 @@ def analyze(run_dir: Path) -> dict:
             f"dry {w['lead_dry_ms']:.2f} ms, the shaper late {w['late_ms']:.2f} ms, rate-limited queue pairs "
             f"behind {w['qp_behind_ms']:.2f} ms)")
     backlog = qos["ovs_input_backlog"] if qos else None
+    ingress_pfc = bool(qos) and sc["qos"]["pfc"] and qos["pfc"].get("accounting") == "ingress"
     if backlog and backlog["samples"] and backlog["busy_samples"] / backlog["samples"] > MAX_INPUT_BUSY_FRACTION:
         fidelity_notes.append(
             f"Open vSwitch fell behind: frames waited in its input sockets (over "
             f"{backlog['busy_threshold_bytes'] // 1024} KiB on a port) in "
             f"{backlog['busy_samples'] / backlog['samples']:.0%} of samples, up to "
-            f"{backlog['max_bytes'] // 1024} KiB on {backlog['worst_ports'][0]['port']}, unseen by priorities and pauses")
+            f"{backlog['max_bytes'] // 1024} KiB on {backlog['worst_ports'][0]['port']}, "
+            f"{'in one queue for every class (the ingress PFC counts see it, priorities do not)' if ingress_pfc else 'unseen by priorities and pauses'}")
     if cpu.get("machine_busy_fraction", 0) > MAX_MACHINE_BUSY_FRACTION:
         fidelity_notes.append(f"the machine was {cpu['machine_busy_fraction']:.0%} busy")
     summary = {

@@ -75,7 +75,7 @@ def print_summary(s: dict, run_dir: Path) -> None:
         ing = pfc.get("ingress")
         if ing and ing["busiest"]:
             top = ing["busiest"][0]
-            t.add_row("PFC ingress: most held (bytes) / its XOFF / frames written off",
+            t.add_row("PFC ingress: most held (bytes) / its XOFF / write-offs",
                       f"{top['max_held_bytes']} on {top['port']} class {top['class']} / {top.get('xoff_bytes', '-')} / "
                       f"{ing['resyncs']}")
         ib = q.get("ovs_input_backlog")
