@@ -63,6 +63,17 @@ def test_incast_ecn_marks_by_the_profile_on_the_congested_port_only(tmp_path):
     assert q["telemetry"]["achieved_hz"] >= 900
 
 
+def run_variant(tmp_path, base, extra_toml):
+    """Run a shipped scenario with tables appended to its file (faults, policy changes)."""
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    name = f"{base}-variant"
+    (scenarios / f"{name}.toml").write_text((ROOT / "scenarios" / f"{base}.toml").read_text() + "\n" + extra_toml)
+    out = subprocess.run(cli_argv("run", name), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**env_with_results(tmp_path), "TESTBED_SCENARIO_DIR": str(scenarios)})
+    return out, run_dirs(tmp_path)[-1]
+
+
 def peers(name):
     """Each switch port's peer interface: whom a PFC frame from that port pauses."""
     fabric = build_fabric(load_scenario(name).fabric)
@@ -85,6 +96,9 @@ def assert_flows_arrived_in_order(run_dir, s):
     """Every queue pair's first transmissions reached its receiver in PSN order, and nothing was
     resent that was not lost: pauses move a port's qdisc between CPUs, whose backlogs reordered
     flows in 8 of 20 incast-pfc runs before every link end had per-flow receive steering."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    links = len(json.loads((run_dir / "raw" / "fabric.json").read_text())["links"])
+    assert manifest["mechanisms"]["receive_steering"].startswith(f"rps on {2 * links} veth receive queues")
     pkts = pd.read_parquet(run_dir / "packets.parquet")
     first = pkts[~pkts["retransmit"] & pkts["rx_ns"].notna()].sort_values("rx_ns", kind="stable")
     behind = first.groupby("flow")["psn"].diff().dropna() < 0
@@ -157,14 +171,8 @@ def test_pfc_pauses_follow_a_reroute(tmp_path):
     # bytes entered, not from the routes at start, so after the reroute every pause still goes to
     # the peer that sent them; frames the failure destroyed inside a switch are written off, and
     # nothing stays counted or paused
-    scenarios = tmp_path / "scenarios"
-    scenarios.mkdir()
-    text = (ROOT / "scenarios" / "incast-fattree-pfc.toml").read_text()
-    (scenarios / "pfc-reroute.toml").write_text(
-        text + '\n[[faults]]\nat_s = 0.1\naction = "link_down"\nlink = "a0_0-c0_0"\n')
-    out = subprocess.run(cli_argv("run", "pfc-reroute"), cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**env_with_results(tmp_path), "TESTBED_SCENARIO_DIR": str(scenarios)})
-    run_dir = run_dirs(tmp_path)[-1]
+    out, run_dir = run_variant(tmp_path, "incast-fattree-pfc",
+                               '[[faults]]\nat_s = 0.1\naction = "link_down"\nlink = "a0_0-c0_0"\n')
     s = summary_of(run_dir)
     assert out.returncode in (0, 1, 4), out.stdout + out.stderr
     assert s["faults"] and s["collective"]["iterations_complete"] == 1, s["problems"]
@@ -236,15 +244,9 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
 
 def test_controller_changes_the_policy_at_run_time(tmp_path):
     # incast-ecn whose controller turns marking off 0.25 s into the traffic
-    scenarios = tmp_path / "scenarios"
-    scenarios.mkdir()
-    text = (ROOT / "scenarios" / "incast-ecn.toml").read_text()
-    (scenarios / "ecn-change.toml").write_text(
-        text + '\n[[policy_changes]]\nat_s = 0.25\nclass_name = "roce"\nfield = "ecn"\nvalue = false\n')
-    out = subprocess.run(cli_argv("run", "ecn-change"), cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**env_with_results(tmp_path), "TESTBED_SCENARIO_DIR": str(scenarios)})
+    out, run_dir = run_variant(tmp_path, "incast-ecn",
+                               '[[policy_changes]]\nat_s = 0.25\nclass_name = "roce"\nfield = "ecn"\nvalue = false\n')
     assert_ran(out)
-    run_dir = run_dirs(tmp_path)[-1]
     ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in ctl]
     assert "qos_policy_sent" in kinds and "qos_traffic_started" in kinds and "qos_telemetry" in kinds
