@@ -6,7 +6,7 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf nic scenario analyze baseline spread regress bench test test-unit clean-state list
+.PHONY: setup host venv bpf nic scenario check analyze baseline spread regress bench test test-unit clean-state list
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf nic
@@ -60,6 +60,11 @@ regress: setup
 # The benchmark suite (bench/README.md): ARGS="--only agent,bringup" or "--quick".
 bench: setup
 	$(PY) -m bench $(ARGS)
+
+# Validate NAME and show what a run would build and do (fabric, traffic, bound, port policy,
+# this machine's mechanisms); no root, starts nothing.
+check: venv
+	@$(PY) -m testbed check $(NAME) $(SET_ARGS)
 
 list: venv
 	@$(PY) -m testbed list

@@ -28,9 +28,8 @@ import numpy as np
 import pandas as pd
 
 from testbed import link_analysis, records
-from testbed import bounds
-from testbed.bounds import dag_bound
-from testbed.collectives import Message, bound_formula, bound_s, busbw_factor
+from testbed.bounds import planned_bound
+from testbed.collectives import Message, busbw_factor
 from testbed.flow_analysis import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
 from testbed.packets import HEADER_BYTES
 from testbed.qos_analysis import pfc_events, qos_summary
@@ -254,18 +253,10 @@ def analyze(run_dir: Path) -> dict:
     S = sc["workload"]["bytes_per_rank"]
     workload = sc["workload"]["type"]
     tags = msgs["tag"] if "tag" in msgs else pd.Series("collective", index=msgs.index)
-    bound_terms = None
     if workload == "pipeline":
         job = pipeline_job(Scenario.from_dict(sc))
-        dag = dag_bound(_iteration_messages(msgs, plan, 0), bw_bps)
-        bound, formula, bound_terms = dag.bound_s, bounds.FORMULA, dataclasses.asdict(dag) | {"binding": dag.binding}
-    elif workload in ("chakra", "simai"):
-        # a trace has no closed-form cost: its busiest NIC's bytes at line rate bound it from below
-        net = msgs[(msgs["iteration"] == 0) & (msgs["op"] != "compute")]
-        bound = float(net.groupby("src")["bytes"].sum().max()) * 8 / bw_bps if len(net) else 0.0
-        formula = "max_r sent_r/B (busiest NIC, compute not counted)"
-    else:
-        bound, formula = bound_s(workload, n, S, bw_bps), bound_formula(workload)
+    first = _iteration_messages(msgs, plan, 0) if workload in ("pipeline", "chakra", "simai") else []
+    bound, formula, bound_terms = planned_bound(workload, n, S, bw_bps, first)
     iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
     _write(pkts, run_dir, "packets", csv=False)
     _write(msgs, run_dir, "messages")

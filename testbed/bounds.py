@@ -12,10 +12,10 @@ frame times per transfer on its critical path (REFERENCE.md's cost model has no 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from graphlib import TopologicalSorter
 
-from testbed.collectives import Message
+from testbed.collectives import Message, bound_formula, bound_s
 
 FORMULA = "max(critical path at B, busiest NIC's bytes sent or received / B, busiest host's compute)"
 
@@ -66,3 +66,23 @@ def dag_bound(msgs: list[Message], bw_bps: float) -> DagBound:
             rx[m.dst] += m.bytes * 8 / bw_bps
     return DagBound(max(done.values(), default=0.0), max(tx.values(), default=0.0),
                     max(rx.values(), default=0.0), max(compute.values(), default=0.0))
+
+
+TRACE_FORMULA = "max_r sent_r/B (busiest NIC, compute not counted)"
+
+
+def planned_bound(workload: str, ranks: int, bytes_per_rank: int, bw_bps: float,
+                  first_iteration: list[Message]) -> tuple[float, str, dict | None]:
+    """A workload's lower bound per iteration at plan time, its formula, and for a DAG its terms:
+    the DAG bound for a pipeline; for a trace, which has no closed form, its busiest NIC's bytes at
+    line rate; the collective's analytical cost otherwise. first_iteration: iteration 0's messages."""
+    if workload == "pipeline":
+        dag = dag_bound(first_iteration, bw_bps)
+        return dag.bound_s, FORMULA, asdict(dag) | {"binding": dag.binding}
+    if workload in ("chakra", "simai"):
+        sent: dict[str, int] = defaultdict(int)
+        for m in first_iteration:
+            if m.op != "compute":
+                sent[m.src] += m.bytes
+        return (max(sent.values()) * 8 / bw_bps if sent else 0.0), TRACE_FORMULA, None
+    return bound_s(workload, ranks, bytes_per_rank, bw_bps), bound_formula(workload), None

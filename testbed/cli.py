@@ -1,5 +1,5 @@
-"""Command line: `python -m testbed run NAME [--set section.field=value ...]`, `analyze RUN_DIR`,
-`list`, `clean`. Exit codes: 0 ok, 1 the run failed or regressed, 2 bad input, 3 busy, 4 inconclusive
+"""Command line: `python -m testbed run NAME [--set section.field=value ...]`, `check NAME [--set ...]`,
+`analyze RUN_DIR`, `list`, `clean`. Exit codes: 0 ok, 1 the run failed or regressed, 2 bad input, 3 busy, 4 inconclusive
 (nothing failed, but the emulation did not run faithfully, or too little was busy to judge it)."""
 from __future__ import annotations
 
@@ -336,6 +336,45 @@ def cmd_spread(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    """What a run would build and do, and whether this machine can run it: no root, starts nothing."""
+    from testbed.check import describe, machine
+    from testbed.scenario import load_scenario
+    sc = load_scenario(args.name, args.set)
+    d = describe(sc) | {"machine": machine(sc)}
+    if args.json:
+        print(json.dumps(d))
+        return 0
+    f, tr, b, q, m = d["fabric"], d["traffic"], d["bound"], d["qos"], d["machine"]
+    t = Table(title=f"{sc.name}: {escape(sc.description)}")
+    t.add_column("")
+    t.add_column("a run would", overflow="fold")
+    rates = ", ".join(f"{n} at {r} Mb/s" for r, n in f["links_by_rate_mbps"].items())
+    t.add_row("fabric", f"{f['kind']} {'x'.join(map(str, f['dims']))}: {f['switches']} switches, {f['hosts']} hosts, "
+                        f"{f['links']} links ({rates}); {f['frame_bytes']}-byte frames, MTU {f['mtu_bytes']}")
+    t.add_row("routing", f"{f['routing']}" + (", dateline virtual channels" if f["dateline"] else ""))
+    tags = ", ".join(f"{n} {tag}" for tag, n in tr["transfers_by_tag"].items())
+    t.add_row("traffic", f"{tr['workload']} over {tr['ranks']} ranks, {tr['iterations']} iteration(s): "
+                         f"{tr['transfers']} transfers ({tags}), {tr['bytes'] / 2**20:.2f} MiB in all, "
+                         f"{tr['compute_steps']} compute steps ({tr['compute_s']:.3f} s)")
+    t.add_row("bound per iteration", f"{b['per_iteration_s']:.4f} s: {escape(b['formula'])}")
+    qtxt = f"{q['scheduling']} over {', '.join(q['classes'])}; ECN {'on' if q['ecn'] else 'off'}; PFC "
+    if q["pfc"]:
+        qtxt += (f"{q['pfc_rule']} rule on {q['lossless_queues']} lossless queues, XOFF "
+                 f"{q['xoff_bytes'][0]}-{q['xoff_bytes'][1]} B, XON {q['xon_bytes'][0]}-{q['xon_bytes'][1]} B"
+                 if q["xoff_bytes"] else f"{q['pfc_rule']} rule, no lossless queue")
+    else:
+        qtxt += "off"
+    t.add_row("port QoS", qtxt)
+    t.add_row("on this machine", f"{m['datapath']}, receive steering: {m['receive_steering']}, {m['cpus']} CPUs")
+    console.print(t)
+    if m["can_run_here"]:
+        console.print("[green]valid[/]: a run here would start (make scenario NAME=...)")
+    else:
+        console.print("[green]valid[/], but a run here would not start: " + escape("; ".join(m["blockers"])))
+    return 0
+
+
 def cmd_list(_args) -> int:
     from testbed.scenario import list_scenarios, load_scenario
     for name in list_scenarios():
@@ -377,6 +416,11 @@ def main(argv=None) -> int:
     p.add_argument("name")
     p.add_argument("runs", nargs="*", metavar="RESULTS_DIR", help="folders holding its runs (default: results/NAME)")
     p.set_defaults(func=cmd_spread)
+    p = sub.add_parser("check", help="validate a scenario and show what a run would build and do (no root)")
+    p.add_argument("name")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    p.set_defaults(func=cmd_check)
     sub.add_parser("list", help="list scenarios").set_defaults(func=cmd_list)
     sub.add_parser("clean", help="remove what killed runs left behind").set_defaults(func=cmd_clean)
     args = ap.parse_args(argv)

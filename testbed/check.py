@@ -1,0 +1,81 @@
+"""What a run of a scenario would build and do, without running it: `testbed check NAME`.
+
+Pure planning (the same functions a run uses: the fabric, the routes, the messages, the port
+policy, the plan-time bound) plus a look at what this machine offers. Needs no root and starts
+nothing.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from testbed import bpfmaps, probe, qos
+from testbed.bounds import planned_bound
+from testbed.routing import compute_routes
+from testbed.scenario import Scenario, build_fabric
+from testbed.workload import build_messages
+
+CHECK_VERSION = 1
+RPS_PROBE = Path("/sys/class/net/lo/queues/rx-0/rps_cpus")
+
+
+def machine(sc: Scenario) -> dict:
+    """What a run here would use, and what would stop it from starting."""
+    blockers = []
+    if os.geteuid() != 0:
+        blockers.append("not root (Mininet, Open vSwitch and namespaces need it)")
+    try:
+        bpfmaps.require_object()
+    except bpfmaps.BpfUnavailable as e:
+        blockers.append(str(e))
+    blockers += probe.socket_buffers_too_small()
+    datapath = probe.choose_datapath()
+    return {"datapath": "ovs-kernel" if datapath == "kernel" else "ovs-userspace (netdev)",
+            "receive_steering": "rps per flow on every veth" if RPS_PROBE.exists() else "none (no RPS)",
+            "ecn": "per packet in the port program" if sc.qos.ecn else "off",
+            "pfc": f"{sc.qos.pfc_accounting} rule, switch agent" if sc.qos.pfc else "off",
+            "cpus": len(os.sched_getaffinity(0)), "can_run_here": not blockers, "blockers": blockers}
+
+
+def describe(sc: Scenario) -> dict:
+    """The fabric, the traffic, the bound and the port policy a run of ``sc`` would have."""
+    fabric = build_fabric(sc.fabric)
+    ranks, messages = build_messages(sc, fabric)
+    bw_bps = sc.fabric.bw_mbps * 1e6
+    first = [m for m in messages if m.iteration == 0]
+    bound, formula, terms = planned_bound(sc.workload.type, len(ranks), sc.workload.bytes_per_rank, bw_bps, first)
+    transfers = [m for m in messages if m.op != "compute"]
+    by_tag = Counter(m.tag for m in transfers)
+    rates = Counter(link.bw_mbps or sc.fabric.bw_mbps for link in fabric.links)
+    out = {
+        "check_version": CHECK_VERSION, "scenario": sc.name, "description": sc.description,
+        "fabric": {"kind": fabric.kind, "dims": list(fabric.dims), "switches": len(fabric.switches),
+                   "hosts": len(fabric.hosts), "links": len(fabric.links),
+                   "links_by_rate_mbps": {f"{r:g}": n for r, n in sorted(rates.items())},
+                   "mtu_bytes": sc.fabric.mtu_bytes, "frame_bytes": qos.frame_bytes(sc),
+                   "routing": sc.controller.routing, "dateline": sc.controller.dateline},
+        "traffic": {"workload": sc.workload.type, "ranks": len(ranks), "iterations": sc.workload.iterations,
+                    "transfers": len(transfers), "transfers_by_tag": dict(sorted(by_tag.items())),
+                    "bytes": int(sum(m.bytes for m in transfers)),
+                    "bytes_first_iteration": int(sum(m.bytes for m in first if m.op != "compute")),
+                    "compute_steps": len(messages) - len(transfers),
+                    "compute_s": sum(m.duration_ns for m in messages if m.op == "compute") / 1e9},
+        "bound": {"per_iteration_s": bound, "formula": formula, "terms": terms},
+        "qos": {"scheduling": sc.qos.scheduling, "classes": [c.name for c in sc.classes],
+                "ecn": sc.qos.ecn, "pfc": sc.qos.pfc},
+    }
+    if sc.qos.pfc:
+        pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
+        if pol["pfc_accounting"] == "ingress":
+            xoff = [t["xoff_bytes"] for t in pol["ingress"].values()]
+            xon = [t["xon_bytes"] for t in pol["ingress"].values()]
+        else:
+            rows = [pol["queues"][k] for k in pol["pause_map"]]
+            xoff = [q["profile"][5] for q in rows]
+            xon = [q["xon_bytes"] for q in rows]
+        out["qos"]["pfc_rule"] = pol["pfc_accounting"]
+        out["qos"]["lossless_queues"] = len(pol["pause_map"])
+        out["qos"]["xoff_bytes"] = [min(xoff), max(xoff)] if xoff else None
+        out["qos"]["xon_bytes"] = [min(xon), max(xon)] if xon else None
+    return out

@@ -1,0 +1,56 @@
+"""`testbed check`: what a run would build and do, from the same planning a run uses, without root
+and starting nothing; bad input exits 2 naming the field."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed.bounds import planned_bound
+from testbed.collectives import Message
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def check(*args):
+    return subprocess.run([sys.executable, "-m", "testbed", "check", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_check_describes_the_fabric_traffic_bound_and_policy_of_a_run():
+    out = check("incast-pfc", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    f, tr, q = d["fabric"], d["traffic"], d["qos"]
+    # 4 leaves x 5 hosts and 2 spines: 20 host links at 100 Mb/s, 8 uplinks at 400 Mb/s
+    assert (f["switches"], f["hosts"], f["links"]) == (6, 20, 28)
+    assert f["links_by_rate_mbps"] == {"100": 20, "400": 8}
+    # 15 senders of 512 KiB into one receiver, and the victim's 1 MiB
+    assert tr["transfers_by_tag"] == {"collective": 15, "victim": 1}
+    assert tr["bytes"] == 15 * (512 << 10) + (1 << 20) and tr["compute_steps"] == 0
+    # the incast's bound: every byte through the receiver's 100 Mb/s link
+    assert d["bound"]["per_iteration_s"] == 15 * (512 << 10) * 8 / 100e6
+    # the lossless class on every switch port, per ingress: 4 leaves of 7 ports and 2 spines of 4
+    assert q["pfc_rule"] == "ingress" and q["lossless_queues"] == 4 * 7 + 2 * 4
+    assert q["xon_bytes"][1] < q["xoff_bytes"][1]
+    assert d["machine"]["datapath"].startswith("ovs-")
+
+
+def test_check_of_a_pipeline_uses_the_dag_bound_and_counts_compute():
+    d = json.loads(check("pipeline-fattree", "--set", "workload.iterations=1", "--json").stdout)
+    assert d["bound"]["terms"]["binding"] == "critical_path"
+    assert d["traffic"]["compute_steps"] == 2 * 16 * 8 * 2  # forward and backward, per micro-batch, stage, replica
+    assert d["traffic"]["bytes"] == d["traffic"]["bytes_first_iteration"]
+
+
+def test_check_refuses_bad_input_with_the_field_and_exit_2():
+    out = check("incast-pfc", "--set", "qos.pfc_accounting=routes")
+    assert out.returncode == 2
+    assert "qos.pfc_accounting" in out.stdout + out.stderr
+
+
+def test_a_trace_is_bound_by_its_busiest_nic_without_its_compute():
+    msgs = [Message(0, 0, 0, "a", "b", 1_000_000, ()), Message(1, 0, 0, "a", "c", 500_000, ()),
+            Message(2, 0, 0, "b", "a", 800_000, ()),
+            Message(3, 0, 0, "a", "a", 0, (), op="compute", tag="compute", duration_ns=10**9)]
+    bound, formula, terms = planned_bound("chakra", 3, 0, 1e6, msgs)
+    assert bound == 1_500_000 * 8 / 1e6 and terms is None and "busiest NIC" in formula
