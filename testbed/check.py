@@ -47,7 +47,7 @@ def describe(sc: Scenario) -> dict:
     bound, formula, terms = planned_bound(sc.workload.type, len(ranks), sc.workload.bytes_per_rank, bw_bps, first)
     transfers = [m for m in messages if m.op != "compute"]
     by_tag = Counter(m.tag for m in transfers)
-    rates = Counter(link.bw_mbps or sc.fabric.bw_mbps for link in fabric.links)
+    rates = Counter(link.bw_mbps for link in fabric.links)
     out = {
         "check_version": CHECK_VERSION, "scenario": sc.name, "description": sc.description,
         "fabric": {"kind": fabric.kind, "dims": list(fabric.dims), "switches": len(fabric.switches),

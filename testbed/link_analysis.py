@@ -217,7 +217,8 @@ def link_table(series: list[PortSeries], rates_bps: dict[str, float], peers: dic
 
 
 def port_rates(fabric: dict, default_bw_mbps: float) -> tuple[dict[str, float], dict[str, str]]:
-    """Each interface's rate in bit/s and the node at its other end, from fabric.json."""
+    """Each interface's rate in bit/s and the node at its other end, from fabric.json (runs recorded
+    before every link's rate was concrete there leave the scenario's default to fill in)."""
     rates, peers = {}, {}
     for link in fabric["links"]:
         bps = (link.get("bw_mbps") or default_bw_mbps) * 1e6

@@ -37,12 +37,8 @@ PAYLOAD_MAGIC = 0x54425031  # "TBP1"
 QPN_BASE = 0x100
 UDP_SPORT_BASE = 49152
 
-ETH_LEN, IP_LEN, UDP_LEN, BTH_LEN, ICRC_LEN = 14, 20, 8, 12, 4
-IP_OFF = ETH_LEN
-BTH_OFF = ETH_LEN + IP_LEN + UDP_LEN
-PSN_OFF = BTH_OFF + 8
-PAYLOAD_OFF = BTH_OFF + BTH_LEN
-HEADER_BYTES = PAYLOAD_OFF + ICRC_LEN  # frame bytes that are not payload
+from testbed.wire import (BTH_LEN, BTH_OFF, ETH_LEN, HEADER_BYTES, ICRC_LEN, IP_LEN, IP_OFF,  # noqa: E402,F401
+                          PAYLOAD_OFF, PSN_OFF, UDP_LEN)
 
 
 class PayloadStamp(Packet):

@@ -61,7 +61,7 @@ def leaf_handle(cls: int) -> int:
 
 @dataclass(frozen=True)
 class PortConfig:
-    bw_mbps: float
+    """What every port shares; each port's rate is its link's (build_fabric makes it concrete)."""
     mtu_bytes: int
     queue_limit_bytes: int
     htb_burst_bytes: int      # switch ports
@@ -119,7 +119,7 @@ class PortManager:
                 if not found:
                     raise RuntimeError(f"interface {ifname} of {node} does not exist")
                 p = Port(node, port if is_switch else 0, ifname, ipr, found[0],
-                         link.bw_mbps or self.config.bw_mbps, is_switch, host_pid.get(node, 0))
+                         link.bw_mbps, is_switch, host_pid.get(node, 0))
                 if is_switch:
                     p.slot = slots[(node, port)]
                 self.ports.append(p)

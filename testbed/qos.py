@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from testbed.routing import RouteTable, next_vc
 from testbed.scenario import ClassSpec, Scenario
+from testbed.wire import HEADER_BYTES
 from topologies.model import Fabric
 
-FRAME_OVERHEAD_BYTES = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
 # HTB needs a guaranteed rate per class; under strict priority it is this share of the link.
 STRICT_GUARANTEE = 0.001
 
@@ -96,7 +96,7 @@ def port_layout(sc: Scenario) -> PortLayout:
 
 
 def frame_bytes(sc: Scenario) -> int:
-    return sc.workload.payload_bytes + FRAME_OVERHEAD_BYTES
+    return sc.workload.payload_bytes + HEADER_BYTES
 
 
 def queue_profile(sc: Scenario, c: ClassSpec, upstream_bps: list[float], reaction_s: float) -> QueueProfile:
@@ -184,7 +184,7 @@ def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> dict:
     named "<interface>:<class index>"."""
     rate_bps = {}
     for link in fabric.links:
-        bps = (link.bw_mbps or sc.fabric.bw_mbps) * 1e6
+        bps = link.bw_mbps * 1e6
         rate_bps[(link.a, link.a_port if link.a in fabric.switch_by_name else 0)] = bps
         rate_bps[(link.b, link.b_port if link.b in fabric.switch_by_name else 0)] = bps
     reaction_s = reaction_allowance_s(sc)

@@ -147,7 +147,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                      fabric_json=raw / "fabric.json", events_path=raw / "controller_events.jsonl",
                      log_path=raw / "controller.log")
     ctl.on_start = record.add_process
-    ports = PortConfig(bw_mbps=sc.fabric.bw_mbps, mtu_bytes=sc.fabric.mtu_bytes,
+    ports = PortConfig(mtu_bytes=sc.fabric.mtu_bytes,
                        queue_limit_bytes=sc.fabric.queue_limit_bytes,
                        htb_burst_bytes=sc.fabric.htb_burst_bytes,
                        nic_burst_bytes=sc.fabric.nic_burst_frames * qos.frame_bytes(sc),

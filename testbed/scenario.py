@@ -19,6 +19,7 @@ from typing import Any
 
 from testbed.errors import InputError
 from testbed.units import parse_bytes
+from testbed.wire import HEADER_BYTES
 from topologies.fattree import fattree
 from topologies.leafspine import leafspine
 from topologies.model import Fabric
@@ -424,12 +425,15 @@ def _build_section(where: str, section: str, cls, table: Any):
 
 
 def build_fabric(f: FabricSpec) -> Fabric:
-    """The pure topology a [fabric] table describes."""
+    """The pure topology a [fabric] table describes, every link's rate concrete (fabric.bw_mbps
+    where the topology leaves it to the scenario), so nothing downstream resolves a default."""
     if f.topology == "torus":
-        return torus(f.dims, f.hosts_per_switch)
-    if f.topology == "fattree":
-        return fattree(f.k)
-    return leafspine(f.leaves, f.spines, f.hosts_per_leaf, f.uplink_bw_mbps or None)
+        fabric = torus(f.dims, f.hosts_per_switch)
+    elif f.topology == "fattree":
+        fabric = fattree(f.k)
+    else:
+        fabric = leafspine(f.leaves, f.spines, f.hosts_per_leaf, f.uplink_bw_mbps or None)
+    return fabric.with_link_rate(f.bw_mbps)
 
 
 def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
@@ -452,7 +456,7 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         if not sc.qos.ecn or (cls is not None and not cls.ecn) or not w.ect:
             raise InputError(where, "transport.cc", "dcqcn reacts to ECN marks: it needs qos.ecn = true, a class "
                              f"with ecn = true for workload.dscp {w.dscp} and workload.ect = true")
-    frame = w.payload_bytes + 14 + 20 + 8 + 12 + 4
+    frame = w.payload_bytes + HEADER_BYTES
     if frame > f.mtu_bytes + 14:
         raise InputError(where, "workload.payload_bytes",
                          f"a {w.payload_bytes}-byte payload makes {frame}-byte frames, over fabric.mtu_bytes "

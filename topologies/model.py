@@ -9,7 +9,7 @@ Naming (fixed here for everyone, as Mininet's net.py does for h1/s1):
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
 MODEL_VERSION = 1
@@ -40,7 +40,7 @@ class Host:
 @dataclass(frozen=True)
 class Link:
     """A full-duplex link. For torus links, ``a`` reaches ``b`` in the + direction of ``dim``.
-    ``bw_mbps`` None means the fabric's default link rate (the scenario's fabric.bw_mbps)."""
+    ``bw_mbps`` None: a topology leaves the rate to the scenario (Fabric.with_link_rate fills it)."""
     a: str
     a_port: int
     b: str
@@ -92,6 +92,11 @@ class Fabric:
             if link.a in self.switch_by_name and link.b in self.switch_by_name:
                 g.add_edge(link.a, link.b, key=(link.a, link.a_port), link=link)
         return g
+
+    def with_link_rate(self, bw_mbps: float) -> "Fabric":
+        """This fabric with every link's rate concrete: bw_mbps where the topology left it open."""
+        return replace(self, links=tuple(l if l.bw_mbps is not None else replace(l, bw_mbps=bw_mbps)
+                                         for l in self.links))
 
     def link_by_name(self, name: str) -> Link:
         """A link by "<a>-<b>" (either order); several parallel links: the first."""

@@ -95,3 +95,12 @@ def test_sizes():
 def test_override_values_are_typed():
     assert parse_override("fabric.dims=[2,2]") == ("fabric.dims", [2, 2])
     assert parse_override("workload.bytes_per_rank=4MiB") == ("workload.bytes_per_rank", "4MiB")
+
+
+def test_every_link_of_a_built_fabric_has_its_rate():
+    # resolved once, where the fabric is built: nothing downstream fills in a default
+    from testbed.scenario import build_fabric
+    sc = load_scenario("incast-pfc", ["fabric.bw_mbps=50"])
+    rates = sorted({link.bw_mbps for link in build_fabric(sc.fabric).links})
+    assert rates == [50, 400]
+    assert all(link.bw_mbps == 100 for link in build_fabric(load_scenario("allreduce-torus").fabric).links)
