@@ -41,6 +41,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
 
 from testbed.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.netns import netns_of
+from testbed.pfc import Pause, PfcState, Resume
 from testbed.qos import find_cycle, queue_key
 from testbed.records import TELEMETRY
 
@@ -286,10 +287,7 @@ class Agent:
         # the ingress rule the (ingress port, class) of the same index) -> leaf ids to pause;
         # thresholds.
         self.rule = "egress"
-        self.feeders: dict[int, list[int]] = {}
-        self.xoff = np.zeros(self.n, dtype=np.uint64)
-        self.xon = np.zeros(self.n, dtype=np.uint64)
-        self.pfc_rows = self.xoff > 0
+        self.pfc = PfcState(self.n)
         self.max_depth = np.zeros(self.n, dtype=np.uint64)
         self.max_held = np.zeros(self.n, dtype=np.int64)   # ingress rule: most a row held
         self._held_check = None                            # ingress rows' counters at the last look for leaks
@@ -298,9 +296,6 @@ class Agent:
         self.switch_rows: dict[str, list[int]] = {}
         for q in self.queues:
             self.switch_rows.setdefault(q["node"], []).append(q["index"])
-        self.asserted = np.zeros(self.n, dtype=bool)   # this queue has paused its feeders
-        self.ignored = np.zeros(self.n, dtype=bool)    # watchdog: its pauses are ignored
-        self.causes: dict[int, set[int]] = {}                    # paused leaf -> queue rows pausing it
         self.paused_since: dict[int, int] = {}
         self.events = open(self.raw / "pfc_events.jsonl", "w", buffering=1 << 16)
         self.telemetry = open(self.raw / "telemetry.bin", "wb")
@@ -320,7 +315,7 @@ class Agent:
     def open_sockets(self) -> None:
         """Every netlink and packet socket a pause or resume may need, opened now: entering a
         namespace on the first pause cost that pause milliseconds (measured)."""
-        for leaf_ids in self.feeders.values():
+        for leaf_ids in self.pfc.feeders.values():
             for leaf in leaf_ids:
                 l = self.leaves[leaf]
                 self.nl.sock(l["ns_pid"])
@@ -336,33 +331,30 @@ class Agent:
         if "pfc_accounting" in msg:
             self.rule = msg["pfc_accounting"]
         if "pause_map" in msg:
-            self.feeders = {self.key_index[k]: [self.key_leaf[u] for u in ups]
-                            for k, ups in msg["pause_map"].items()}
+            self.pfc.feeders = {self.key_index[k]: [self.key_leaf[u] for u in ups]
+                                for k, ups in msg["pause_map"].items()}
+        xoff, xon = self.pfc.xoff.copy(), self.pfc.xon.copy()
         for key, q in msg["queues"].items():
             ix = self.key_index[key]
             m.profiles[ix] = tuple(q["profile"])
             self.queues[self.plan_row[ix]].update(profile=q["profile"], xon_bytes=q["xon_bytes"])
             if self.rule == "egress":
-                self.xoff[ix], self.xon[ix] = q["profile"][5], q["xon_bytes"]
+                xoff[ix], xon[ix] = q["profile"][5], q["xon_bytes"]
         if self.rule == "ingress" and "ingress" in msg:
             # every lossless (ingress port, class) is in a policy; an update names them all again
-            self.xoff[:] = 0
-            self.xon[:] = 0
+            xoff[:] = 0
+            xon[:] = 0
             m.ingress["xoff_bytes"][:self.n] = 0
             for key, t in msg["ingress"].items():
                 ix = self.key_index[key]
-                self.xoff[ix], self.xon[ix] = t["xoff_bytes"], t["xon_bytes"]
+                xoff[ix], xon[ix] = t["xoff_bytes"], t["xon_bytes"]
                 m.ingress["xoff_bytes"][ix] = t["xoff_bytes"]
                 self.queues[self.plan_row[ix]].update(ingress=t)
-        self.pfc_rows = self.xoff > 0
-        # A queue no longer lossless stops holding its upstreams back.
-        for row in np.flatnonzero(self.asserted & ~self.pfc_rows):
-            self.asserted[row] = False
-            for leaf in self.feeders.get(int(row), ()):
-                self._unpause(leaf, int(row), reason="policy")
+        # a row no longer lossless stops holding its upstreams back
+        self.carry_out(self.pfc.set_thresholds(xoff, xon))
         rec = {"event": "policy_applied", "kind": msg["type"], "queues": len(msg["queues"]),
                "ecn_queues": int(sum(q["profile"][4] for q in msg["queues"].values())),
-               "pfc_accounting": self.rule, "pfc_queues": int(self.pfc_rows.sum())}
+               "pfc_accounting": self.rule, "pfc_queues": int(self.pfc.lossless.sum())}
         self._log(rec)
         self.controller.send({"type": "applied", **{k: v for k, v in rec.items() if k != "event"}})
 
@@ -372,12 +364,24 @@ class Agent:
         rec.setdefault("t_ns", time.monotonic_ns())
         self.events.write(json.dumps(rec) + "\n")
 
+    def held(self, ing: np.ndarray) -> np.ndarray:
+        """Bytes each (ingress port, class) holds in its switch (ingress rule)."""
+        return (ing["in_bytes"].astype(np.int64) - ing["out_bytes"].astype(np.int64)
+                - ing["lost_bytes"].astype(np.int64))
+
+    def carry_out(self, decisions: list) -> None:
+        """Do what the PFC state decided, in order."""
+        for d in decisions:
+            if isinstance(d, Pause):
+                self._pause(d.leaf, d.row, d.cross_ns)
+            elif isinstance(d, Resume):
+                self._resume(d.leaf, d.row, d.reason)
+            else:
+                q = self.queues[self.plan_row[d.row]]
+                self._log({"event": "watchdog_restored", "queue": q["ifname"], "class": q["class"]})
+
     def _pause(self, leaf: int, row: int, cross_ns: int) -> None:
-        """row: the queue index of the queue asking for the pause."""
-        causes = self.causes.setdefault(leaf, set())
-        causes.add(row)
-        if len(causes) > 1:
-            return  # already paused for another queue
+        """row: the queue index of the row asking for the pause."""
         l = self.leaves[leaf]
         self.nl.request(l["ns_pid"], self.leaf_msgs[leaf][0])
         t = time.monotonic_ns()
@@ -391,14 +395,7 @@ class Agent:
                    "cause": q["ifname"], "cause_class": q["class"], "accounting": self.rule, "xoff_cross_ns": cross_ns,
                    "reaction_ns": reaction})
 
-    def _unpause(self, leaf: int, row: int, reason: str = "xon") -> None:
-        causes = self.causes.get(leaf)
-        if not causes or row not in causes:
-            return
-        causes.discard(row)
-        if causes:
-            return
-        del self.causes[leaf]
+    def _resume(self, leaf: int, row: int, reason: str) -> None:
         l = self.leaves[leaf]
         # HTB saved up its whole bucket while the class was paused (idle, to HTB): a one-frame
         # bucket first, so the first frame that leaves spends the credit, not a burst of it
@@ -413,36 +410,6 @@ class Agent:
         self._log({"t_ns": t, "event": "resume", "node": l["node"], "port": l["ifname"], "class": l["class"],
                    "cause": self.queues[self.plan_row[row]]["ifname"], "paused_ns": t - since, "reason": reason})
 
-    def held(self, ing: np.ndarray) -> np.ndarray:
-        """Bytes each (ingress port, class) holds in its switch (ingress rule)."""
-        return (ing["in_bytes"].astype(np.int64) - ing["out_bytes"].astype(np.int64)
-                - ing["lost_bytes"].astype(np.int64))
-
-    def check_pfc(self, depth: np.ndarray, cross_ns: np.ndarray) -> None:
-        """depth: what each lossless row holds (an egress queue's depth, or under the ingress
-        rule what an (ingress port, class) holds); cross_ns: when it last crossed XOFF."""
-        over = (depth >= self.xoff) & self.pfc_rows & ~self.asserted & ~self.ignored
-        if over.any():
-            for row in np.flatnonzero(over):
-                row = int(row)
-                self.asserted[row] = True
-                cross = int(cross_ns[row])
-                for leaf in self.feeders.get(row, ()):
-                    self._pause(leaf, row, cross)
-        if self.asserted.any():
-            under = self.asserted & (depth < self.xon)
-            for row in np.flatnonzero(under):
-                row = int(row)
-                self.asserted[row] = False
-                for leaf in self.feeders.get(row, ()):
-                    self._unpause(leaf, row)
-        if self.ignored.any():
-            back = self.ignored & (depth < self.xon)
-            for row in np.flatnonzero(back):
-                self.ignored[row] = False
-                q = self.queues[self.plan_row[row]]
-                self._log({"event": "watchdog_restored", "queue": q["ifname"], "class": q["class"]})
-
     def restore_buckets(self, now: int) -> None:
         """Give resumed leaves their own HTB bucket back, once their first frames have left (it
         keeps the shaper at its rate through the kernel's timer lateness)."""
@@ -453,20 +420,16 @@ class Agent:
 
     def check_watchdog(self, now: int, limit_ns: int) -> None:
         for leaf, since in list(self.paused_since.items()):
-            if now - since < limit_ns:
+            if now - since < limit_ns or leaf not in self.paused_since:
                 continue
             self.watchdog_fired += 1
-            rows = sorted(self.causes.get(leaf, ()))
+            rows = sorted(self.pfc.causes.get(leaf, ()))
             rec = {"node": self.leaves[leaf]["node"], "port": self.leaves[leaf]["ifname"],
                    "class": self.leaves[leaf]["class"], "paused_ns": now - since,
                    "causes": [self.queues[self.plan_row[r]]["ifname"] for r in rows]}
             self._log({"event": "watchdog", **rec})
             self.controller.send({"type": "watchdog", **rec})
-            for row in rows:
-                self.ignored[row] = True
-                self.asserted[row] = False
-                for other in self.feeders.get(row, ()):
-                    self._unpause(other, row, reason="watchdog")
+            self.carry_out(self.pfc.watchdog(leaf))
 
     def check_deadlock(self, now: int, stuck_ns: int) -> None:
         """Wait-for graph over switch egress queues: a paused, non-empty queue waits on the queues
@@ -475,9 +438,10 @@ class Agent:
         members all made no progress for stuck_ns is a deadlock."""
         q = self.maps.queues[:self.n]
         depth = q["depth_bytes"]
-        stuck = {r for leaf in self.causes if (r := self.leaf_queue.get(leaf)) is not None and depth[r] > 0}
+        causes = self.pfc.causes
+        stuck = {r for leaf in causes if (r := self.leaf_queue.get(leaf)) is not None and depth[r] > 0}
         waits: dict[int, set[int]] = {}
-        for leaf, rows in self.causes.items():
+        for leaf, rows in causes.items():
             r = self.leaf_queue.get(leaf)
             if r is None or r not in stuck:
                 continue  # a host NIC: it waits, but nothing waits on it
@@ -515,7 +479,7 @@ class Agent:
         suspect = (enq == self._check_enq) & (deq == self._check_deq) & (q["depth_bytes"] > 0)
         self._check_enq, self._check_deq = enq, deq
         rows = [int(r) for r in np.flatnonzero(suspect)
-                if self.plan_row[r] >= 0 and self.queue_leaf[int(r)] not in self.causes]
+                if self.plan_row[r] >= 0 and self.queue_leaf[int(r)] not in self.pfc.causes]
         if not rows:
             return
         if self._ipr is None:
@@ -570,7 +534,7 @@ class Agent:
             "deepest": [[self.queues[self.plan_row[r]]["ifname"], int(self.queues[self.plan_row[r]]["class"]),
                          int(depth[r])] for r in top if depth[r] and self.plan_row[r] >= 0],
             "marked": int(q["mark_pkts"].sum()), "dropped": int(q["drop_pkts"].sum()),
-            "paused_ports": len(self.causes), "pauses": self.pauses})
+            "paused_ports": len(self.pfc.causes), "pauses": self.pauses})
 
     def sample(self, now: int, q: np.ndarray) -> None:
         enq, deq, drop = q["enq_pkts"], q["deq_bytes"], q["drop_pkts"]
@@ -601,7 +565,7 @@ class Agent:
         p = self.plan
         sample_ns = int(1e9 / p["telemetry_hz"])
         # Without PFC nothing needs a faster look than the telemetry's.
-        poll_ns = int(1e9 / p["poll_hz"]) if self.feeders else sample_ns
+        poll_ns = int(1e9 / p["poll_hz"]) if self.pfc.feeders else sample_ns
         stuck_ns = int(p["deadlock_detect_ms"] * 1e6)
         watchdog_ns = int(p["watchdog_ms"] * 1e6)
         self._stuck_since: dict = {}
@@ -622,12 +586,12 @@ class Agent:
         while not self.stop_requested:
             now = time.monotonic_ns()
             np.maximum(self.max_depth, view["depth_bytes"], out=self.max_depth)
-            if self.feeders and self.rule == "ingress":
+            if self.pfc.feeders and self.rule == "ingress":
                 held = self.held(ing)
                 np.maximum(self.max_held, held, out=self.max_held)
-                self.check_pfc(held, ing["xoff_cross_ns"])
-            elif self.feeders:
-                self.check_pfc(view["depth_bytes"], view["xoff_cross_ns"])
+                self.carry_out(self.pfc.look(held, ing["xoff_cross_ns"]))
+            elif self.pfc.feeders:
+                self.carry_out(self.pfc.look(view["depth_bytes"], view["xoff_cross_ns"]))
             if self.restore_at:
                 self.restore_buckets(now)
             polls += 1
@@ -639,7 +603,7 @@ class Agent:
                     next_sample = now
                 next_sample += sample_ns
             if now >= next_deadlock:
-                if self.causes:
+                if self.pfc.causes:
                     self.check_deadlock(now, stuck_ns)
                 if watchdog_ns:
                     self.check_watchdog(now, watchdog_ns)
@@ -652,7 +616,7 @@ class Agent:
             if now >= next_report:
                 self.report(now, view)
                 self.resync_stale(view)
-                if self.rule == "ingress" and self.feeders:
+                if self.rule == "ingress" and self.pfc.feeders:
                     self.resync_ingress(ing, inputs)
                 next_report = now + REPORT_NS
             if now >= next_input:
@@ -666,9 +630,7 @@ class Agent:
             time.sleep(max(wait / 1e9, MIN_SLEEP_S))
         end = time.monotonic_ns()
         # Resume whatever is still paused, so the fabric drains cleanly.
-        for leaf in list(self.causes):
-            for row in list(self.causes.get(leaf, ())):
-                self._unpause(leaf, row, reason="agent_stop")
+        self.carry_out(self.pfc.release_all("agent_stop"))
         self.sample(end, view)
         self.flush()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -751,7 +713,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"the controller sent no port policy (got {first!r})")
     agent.apply_policy(first[0])
     agent.open_sockets()
-    if agent.feeders:
+    if agent.pfc.feeders:
         # A pause is only as quick as the agent's wake-up. A switch does this in hardware; here
         # the agent gets a real-time priority (it sleeps between looks, MIN_SLEEP_S at least, so
         # it cannot starve the datapath), else the best nice level. Without PFC, preempting the
