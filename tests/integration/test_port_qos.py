@@ -243,6 +243,25 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
     assert ok["qos"]["pfc"]["deadlock"] is None and ok["qos"]["pfc"]["pauses"] > 0
 
 
+def test_the_pfc_watchdog_breaks_a_deadlock_and_stops_ignoring_a_queue_once_it_drains(tmp_path):
+    # the ring that deadlocks without a dateline, with a 100 ms watchdog: every port paused that
+    # long is resumed and the rows pausing it are ignored (their queues may drop instead) until
+    # they fall below XON; the traffic then completes, with no deadlock reported
+    run_dir, s = run_one(tmp_path, "pfc-deadlock-torus", "qos.pfc_watchdog_ms=100", expect_rc=None)
+    pfc = s["qos"]["pfc"]
+    assert s["collective"]["iterations_complete"] == 1 and pfc["deadlock"] is None, s["problems"]
+    assert s["packets"]["unaccounted"] == 0
+    events = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
+    fired = [e for e in events if e["event"] == "watchdog"]
+    assert pfc["watchdog_fired"] == len(fired) > 0
+    resumed = {e["port"] for e in events if e["event"] == "resume" and e["reason"] == "watchdog"}
+    assert {e["port"] for e in fired} <= resumed
+    assert all(e["paused_ns"] >= 100e6 for e in fired)
+    # an ignored row asks again once it drained: restorations, and nothing left paused at the end
+    assert any(e["event"] == "watchdog_restored" for e in events)
+    assert pfc["pauses"] == pfc["resumes"]
+
+
 def test_controller_changes_the_policy_at_run_time(tmp_path):
     # incast-ecn whose controller turns marking off 0.25 s into the traffic
     out, run_dir = run_variant(tmp_path, "incast-ecn",
