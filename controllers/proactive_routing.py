@@ -29,6 +29,7 @@ from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 from controllers.flows import (add_select_group, barrier, delete_flows, delete_groups, install_ingress_tags,
                                install_rule)
 from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for
+from testbed.qos import switch_port_slots
 from testbed.routing import compute_routes
 
 
@@ -67,6 +68,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         self.vc_dscp = parse_vc_dscp(params.get("vc_dscp", "")) if self.dateline else {}
         self.ingress_tags = params.get("ingress_tags", "0") == "1"
         self.route_table = ROUTE_TABLE if self.ingress_tags else 0
+        self.slots = switch_port_slots(self.fabric) if self.ingress_tags else {}
         self.down_links: frozenset = frozenset()
         self.down_ports: set[tuple[str, int]] = set()
         self.routes = compute_routes(self.fabric, self.routing)
@@ -117,7 +119,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         delete_groups(dp)
         self.groups.pop(dp.id, None)
         if self.ingress_tags:
-            install_ingress_tags(dp, ingress_tags(self.fabric, sw.name), then_table=ROUTE_TABLE)
+            install_ingress_tags(dp, ingress_tags(self.fabric, sw.name, self.slots), then_table=ROUTE_TABLE)
         n = sum(self._install_host(dp, sw.name, h.name) for h in self.fabric.hosts)
         self.barrier_xid[dp.id] = barrier(dp)
         self.event_log.write("switch_rules_sent", switch=sw.name, rules=n)

@@ -45,9 +45,10 @@ class IngressTag:
     eth_src: str   # the tag, its low six bits to take the frame's DSCP
 
 
-def ingress_tags(fabric: Fabric, switch: str) -> list[IngressTag]:
-    """One tag rule per port of ``switch``: its slot (testbed.qos.switch_port_slots) in the source."""
-    slots = switch_port_slots(fabric)
+def ingress_tags(fabric: Fabric, switch: str, slots: dict[tuple[str, int], int] | None = None) -> list[IngressTag]:
+    """One tag rule per port of ``switch``: its slot (testbed.qos.switch_port_slots, computed once
+    by a caller tagging every switch) in the source."""
+    slots = slots or switch_port_slots(fabric)
     return [IngressTag(port, f"{TAG_MAC0:02x}:{TAG_MAC1:02x}:{slots[(switch, port)] >> 8:02x}:"
                              f"{slots[(switch, port)] & 0xFF:02x}:00:00")
             for port in sorted(fabric.ports[switch])]
