@@ -362,6 +362,16 @@ def analyze(run_dir: Path) -> dict:
             f"{'in one queue for every class (the ingress PFC counts see it, priorities do not)' if ingress_pfc else 'unseen by priorities and pauses'}")
     if cpu.get("machine_busy_fraction", 0) > MAX_MACHINE_BUSY_FRACTION:
         fidelity_notes.append(f"the machine was {cpu['machine_busy_fraction']:.0%} busy")
+    late_overruns = [r for r in qos["pfc"]["headroom_overruns"] if r["late"]] if qos else []
+    if late_overruns:
+        # A switch's headroom holds what arrives while its pause takes effect; this one's pause came
+        # later than the headroom is sized for, so what a lossless switch would have held, it did not
+        w = max(late_overruns, key=lambda r: r["max_held_bytes"] - r["limit_bytes"])
+        fidelity_notes.append(
+            f"the switch agent paused later than the PFC headroom allows ({qos['pfc']['reaction_us']['allowance']:.0f} "
+            f"us): {len(late_overruns)} lossless rows held more than XOFF plus headroom (worst {w['port']} class "
+            f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, its slowest pause "
+            f"{w['max_reaction_us']:.0f} us)")
     summary = {
         "summary_version": SUMMARY_VERSION,
         "run_id": manifest["run_id"],
@@ -422,6 +432,7 @@ def analyze(run_dir: Path) -> dict:
                                     "max_ms": engine.get("max_oversleep_ms"),
                                     "involuntary_switches": engine.get("involuntary_switches")},
             "machine_busy_fraction": cpu.get("machine_busy_fraction"),
+            "machine_steal_fraction": cpu.get("steal_fraction"),
             "cores_used": {**cpu.get("processes_cores", {}),
                            "engine": engine["cpu_s"] / duration_s if duration_s > 0 else None},
             "cpus": manifest["machine"]["cpus"],

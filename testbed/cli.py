@@ -69,9 +69,14 @@ def print_summary(s: dict, run_dir: Path) -> None:
         t.add_row("ECN marked / ECT packets (summed over ports)", f"{q['ecn']['marked']} / {q['ecn']['ect_packets']}")
         pfc = q["pfc"]
         react = pfc["reaction_us"]
-        t.add_row(f"PFC pauses (ports), {pfc.get('accounting', 'egress')} rule / reaction p50, p99 (us)",
+        t.add_row(f"PFC pauses (ports), {pfc.get('accounting', 'egress')} rule / reaction p50, p99, max (us)",
                   f"{pfc['pauses']} ({pfc['paused_ports']}) / {_fmt(react['p50'], '{:.0f}')}, "
-                  f"{_fmt(react['p99'], '{:.0f}')}")
+                  f"{_fmt(react['p99'], '{:.0f}')}, {_fmt(react['max'], '{:.0f}')}")
+        if react.get("allowance"):
+            over = pfc.get("headroom_overruns") or []
+            t.add_row("PFC headroom: reaction allowed (us) / pauses later / rows past headroom (late)",
+                      f"{react['allowance']:.0f} / {react['over_allowance']} / "
+                      f"{len(over)} ({sum(r['late'] for r in over)})")
         ing = pfc.get("ingress")
         if ing and ing["busiest"]:
             top = ing["busiest"][0]

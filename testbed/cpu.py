@@ -7,10 +7,12 @@ from pathlib import Path
 from testbed.procs import CLOCK_TICKS, process_cpu_ticks
 
 
-def _stat_totals() -> tuple[int, int]:
+def _stat_totals() -> tuple[int, int, int]:
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields[:8]), idle
+    # steal: time the hypervisor ran something else on this VM's CPUs, which no process here can
+    # prevent or see except as lateness
+    return sum(fields[:8]), idle, fields[7]
 
 
 class CpuMeter:
@@ -22,14 +24,15 @@ class CpuMeter:
 
     def begin(self) -> None:
         self.t0 = time.monotonic()
-        self.total0, self.idle0 = _stat_totals()
+        self.total0, self.idle0, self.steal0 = _stat_totals()
         self.proc0 = {k: process_cpu_ticks(pid) for k, pid in self.processes.items()}
 
     def end(self) -> dict:
         wall = time.monotonic() - self.t0
-        total1, idle1 = _stat_totals()
+        total1, idle1, steal1 = _stat_totals()
         busy = 1.0 - (idle1 - self.idle0) / max(1, total1 - self.total0)
-        out = {"wall_s": wall, "machine_busy_fraction": busy, "processes_cores": {}}
+        out = {"wall_s": wall, "machine_busy_fraction": busy,
+               "steal_fraction": (steal1 - self.steal0) / max(1, total1 - self.total0), "processes_cores": {}}
         for k, pid in self.processes.items():
             t1 = process_cpu_ticks(pid)
             if t1 is not None and self.proc0.get(k) is not None and wall > 0:

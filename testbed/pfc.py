@@ -73,6 +73,12 @@ class PfcState:
                 out.append(Restored(int(row)))
         return out
 
+    def rearm(self, held: np.ndarray) -> np.ndarray:
+        """The rows whose XOFF-crossing stamp may be cleared: lossless, asserting nothing, and back
+        below XON. The data path stamps only a cleared row, so a pause's reaction counts from the
+        row's first crossing since it was last below XON, not from its latest."""
+        return self.lossless & ~self.asserted & (held < self.xon)
+
     def watchdog(self, leaf: int) -> list[Resume]:
         """The watchdog fired on a leaf paused too long: every row pausing it is ignored until it
         drains below XON, and releases all it holds."""

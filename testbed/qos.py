@@ -167,8 +167,11 @@ def ingress_profile(sc: Scenario, c: ClassSpec, port_bps: list[float], this_bps:
 
 
 def reaction_allowance_s(sc: Scenario) -> float:
-    """What PFC headroom assumes the agent takes to act (measured: p50 0.3-0.5 ms, p99 0.6-2.4 ms:
-    the poll interval, a wake-up, a netlink message)."""
+    """What PFC headroom assumes the agent takes to act: the poll interval, a wake-up, a netlink
+    message. Measured from a row's first XOFF crossing on incast-pfc: p50 0.4 ms, p99 0.9-3.8 ms,
+    and the longest over 4 quiet runs 1.1-4.8 ms, as the machine now and then keeps the agent from
+    running for 3-5 ms even at a real-time priority. A run whose pause came later than this and
+    whose row outgrew its headroom says it did not keep up (testbed.qos_analysis.headroom_overruns)."""
     return 1.0 / sc.qos.agent_poll_hz + 0.0015
 
 
@@ -210,7 +213,7 @@ def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> dict:
                 if ups and prof.pfc_on:
                     pauses[key] = [queue_key(fabric.intf_name(u[0], u[1]), u[2]) for u in ups]
     return {"dscp_class": class_of_dscp(sc), "pfc_accounting": rule, "queues": queues, "ingress": ingress,
-            "pause_map": pauses}
+            "pause_map": pauses, "reaction_allowance_us": reaction_s * 1e6}
 
 
 # ---- the pause map -----------------------------------------------------------------------

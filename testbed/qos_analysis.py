@@ -116,6 +116,25 @@ def ingress_summary(agent: dict) -> dict | None:
                                                "xoff_crossings")} for r in busiest]}
 
 
+def headroom_overruns(agent: dict) -> list[dict]:
+    """The lossless (ingress port, class) rows that held more than XOFF plus their headroom: their
+    upstream went on sending past what the headroom covers. late: the slowest pause the row asked
+    for took longer than the reaction the headroom is sized for, so the emulated switch reacted too
+    slowly (the machine's scheduling); otherwise the headroom itself was too small for the rates (the
+    policy's)."""
+    allowance = (agent.get("reaction_us") or {}).get("allowance") or 0
+    out = []
+    for r in agent.get("ingress_end") or []:
+        if "headroom_bytes" not in r:
+            continue
+        limit = r["xoff_bytes"] + r["headroom_bytes"]
+        if r["max_held_bytes"] > limit:
+            out.append({"port": r["port"], "class": r["class"], "max_held_bytes": r["max_held_bytes"],
+                        "limit_bytes": limit, "max_reaction_us": r["max_reaction_us"],
+                        "late": bool(allowance and r["max_reaction_us"] > allowance)})
+    return out
+
+
 def qos_summary(raw: Path, duration_s: float) -> dict | None:
     if not (raw / "agent.json").exists():
         return None
@@ -144,6 +163,8 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
         "telemetry": {"target_hz": plan["telemetry_hz"], "achieved_hz": agent["telemetry_hz_achieved"],
                       "late_samples": agent["late_samples"], "rows": int(len(tel)),
                       "pfc_poll_hz": agent["poll_hz_achieved"],
+                      # the longest the agent went without looking at the lossless rows
+                      "blind_max_us": agent.get("blind_max_us"), "blind_over_1ms": agent.get("blind_over_1ms"),
                       "agent_cores": agent["cpu_s"] / max(1e-9, (agent["end_ns"] - agent["start_ns"]) / 1e9)},
         "queues": {"busiest": busiest,
                    "buffer_drops": int(sum(q["drop_pkts"] for q in qend)),
@@ -161,6 +182,7 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
                 "paused_ports": int(pauses[["port", "class"]].drop_duplicates().shape[0]) if len(pauses) else 0,
                 "paused_hosts": sorted(set(pauses["node"]) & hosts) if len(pauses) else [],
                 "reaction_us": agent["reaction_us"], "watchdog_fired": agent["watchdog_fired"],
+                "headroom_overruns": headroom_overruns(agent),
                 "paused_time": paused_time(events),
                 "resume_release": resume_release(
                     tel, events, {l["ifname"]: l["bw_bps"] for l in plan["leaves"] if l["switch"] and "bw_bps" in l},

@@ -288,7 +288,10 @@ int port_enqueue(struct __sk_buff *skb)
 	__sync_fetch_and_add(&st->enq_bytes, len);
 	__sync_fetch_and_add(&st->enq_pkts, 1);
 	if (pr->xoff_bytes && depth < pr->xoff_bytes && depth + len >= pr->xoff_bytes) {
-		st->xoff_cross_ns = bpf_ktime_get_ns();
+		/* the first crossing since the agent re-armed the row (0): a pause is due from then,
+		 * however often the count dips back under XOFF before the agent looks */
+		if (!st->xoff_cross_ns)
+			st->xoff_cross_ns = bpf_ktime_get_ns();
 		__sync_fetch_and_add(&st->xoff_crossings, 1);
 	}
 	skb->cb[0] = TAG | q;
@@ -348,7 +351,8 @@ int port_dequeue(struct __sk_buff *skb)
 	__sync_fetch_and_add(&in->in_bytes, len);
 	__sync_fetch_and_add(&in->in_pkts, 1);
 	if (in->xoff_bytes && (__s64)held < (__s64)in->xoff_bytes && (__s64)(held + len) >= (__s64)in->xoff_bytes) {
-		in->xoff_cross_ns = bpf_ktime_get_ns();
+		if (!in->xoff_cross_ns)
+			in->xoff_cross_ns = bpf_ktime_get_ns();
 		__sync_fetch_and_add(&in->xoff_crossings, 1);
 	}
 	return TC_ACT_OK;

@@ -52,5 +52,7 @@ def test_a_link_slowed_to_93_percent_from_outside_makes_the_run_invalid(tmp_path
 def test_the_same_link_left_alone_drains_at_its_rate(tmp_path):
     s, _ = run(tmp_path)
     links = {c["port"]: c for c in s["fidelity"]["links"]["links"]}
-    assert BOTTLENECK in links and BOTTLENECK not in s["fidelity"]["links"]["failing_links"], links
+    # the verdict's drain-rate check, the one the slowed link fails; the jitter of its windows is
+    # a separate check, which a loaded machine's late timers can fail on a link left alone
+    assert BOTTLENECK in links and links[BOTTLENECK]["drain_ratio_ok"], links
     assert links[BOTTLENECK]["drain_ratio"] == pytest.approx(1.0, abs=0.01)

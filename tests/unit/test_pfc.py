@@ -61,3 +61,19 @@ def test_stopping_resumes_everything_once():
     out = st.release_all("agent_stop")
     assert sorted(r.leaf for r in out) == [10, 11, 13] and all(r.reason == "agent_stop" for r in out)
     assert st.causes == {} and st.release_all("agent_stop") == []
+
+
+def test_a_rows_crossing_stamp_is_rearmed_only_once_it_is_back_below_xon_and_released():
+    # the data path stamps the first crossing of a cleared row, so clearing decides where a
+    # pause's reaction time counts from
+    st = state({0: [10], 1: [11]}, rows=3)
+    held = lambda *h: np.array(h, np.int64)
+    # row 0 between XON and XOFF (may have crossed and dipped back): kept; row 1 below XON: cleared;
+    # row 2 is not lossless in this state's feeders but has thresholds, so it counts as lossless
+    assert st.rearm(held(60 * KB, 10 * KB, 10 * KB)).tolist() == [False, True, True]
+    look(st, 100 * KB, 0, 0)
+    assert st.rearm(held(10 * KB, 0, 0)).tolist() == [False, True, True]   # still asserted: its pause stands
+    look(st, 10 * KB, 0, 0)                                                    # released at XON
+    assert st.rearm(held(10 * KB, 0, 0)).tolist() == [True, True, True]
+    st.set_thresholds(np.zeros(3, np.uint64), np.zeros(3, np.uint64))        # nothing lossless
+    assert not st.rearm(held(0, 0, 0)).any()

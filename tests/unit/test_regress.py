@@ -179,3 +179,36 @@ def test_a_go_back_with_nothing_lost_is_the_emulators_on_an_unfaithful_run():
     # a real loss the policy caused is still a regression
     assert verdict(["packets.retransmitted", "packets.lost"], False,
                    lost_to_the_emulator({"packets": {"lost": 3, "retransmitted": 40}})) == "regressed"
+
+
+def test_buffer_drops_are_the_emulators_only_when_every_row_past_its_headroom_was_paused_late():
+    from testbed.qos_analysis import headroom_overruns
+    from testbed.regress import lost_to_the_emulator, verdict
+
+    def row(port, held, reaction_us):
+        return {"port": port, "class": 1, "max_held_bytes": held, "xoff_bytes": 200_000,
+                "headroom_bytes": 100_000, "max_reaction_us": reaction_us}
+    agent = {"reaction_us": {"allowance": 2000.0},
+             "ingress_end": [row("s-eth1", 300_000, 9000.0),     # at its limit exactly: no overrun
+                             row("s-eth2", 350_000, 4000.0),     # past it, its pause late
+                             row("s-eth3", 250_000, 9000.0)]}    # late but within its headroom
+    over = headroom_overruns(agent)
+    assert [(o["port"], o["late"]) for o in over] == [("s-eth2", True)]
+    s = {"packets": {"lost": 45, "port_buffer_drops": 45}, "qos": {"pfc": {"headroom_overruns": over}}}
+    explained = lost_to_the_emulator(s)
+    assert verdict(["packets.port_buffer_drops", "packets.lost"], False, explained) == "inconclusive"
+    drops_none = [{"metric": "packets.port_buffer_drops", "op": "==", "value": 0}]
+    (e,) = check_expectations(s, drops_none, fidelity_valid=False)   # what `testbed run` says too
+    assert e["ok"] is None and "emulator" in e["why"]
+    assert check_expectations(s, drops_none, fidelity_valid=True)[0]["ok"] is False
+    # a row past its headroom though its pause came in time: the headroom is too small for the
+    # rates, which is the policy's, so the drops are too
+    agent["ingress_end"].append(row("s-eth4", 320_000, 1500.0))
+    s["qos"]["pfc"]["headroom_overruns"] = headroom_overruns(agent)
+    assert verdict(["packets.port_buffer_drops"], False, lost_to_the_emulator(s)) == "regressed"
+    assert check_expectations(s, drops_none, fidelity_valid=False)[0]["ok"] is False
+    # drops with no row past its headroom (e.g. PFC off): the policy's
+    s["qos"]["pfc"]["headroom_overruns"] = []
+    assert verdict(["packets.port_buffer_drops"], False, lost_to_the_emulator(s)) == "regressed"
+    # and a faithful run never excuses a drop
+    assert verdict(["packets.port_buffer_drops"], True, explained) == "regressed"
