@@ -212,3 +212,19 @@ def test_buffer_drops_are_the_emulators_only_when_every_row_past_its_headroom_wa
     assert verdict(["packets.port_buffer_drops"], False, lost_to_the_emulator(s)) == "regressed"
     # and a faithful run never excuses a drop
     assert verdict(["packets.port_buffer_drops"], True, explained) == "regressed"
+
+
+def test_a_measured_spread_judges_marks_of_a_faithful_run_and_the_default_band_those_of_one_that_fell_behind():
+    from testbed.regress import tolerance_of
+    spread = {"qos.ecn.marked": (0.0, 39.0)}            # incast-ecn's: 1.5 x the range over its runs
+    base = {"metrics": {"qos.ecn.marked": 871}}
+
+    def judged(marked, verdict):
+        s = {"qos": {"ecn": {"marked": marked}}, "fidelity": {"verdict": verdict}}
+        (row,) = compare(s, base, spread)
+        return row["verdict"]
+    assert judged(783, "kept_up") == "regressed"                 # outside the spread, faithfully run
+    assert judged(783, "could_not_keep_up") == "ok"              # a CI run's, its link at 0.913 of rate
+    # a policy gone is caught however the run went
+    assert judged(0, "could_not_keep_up") == "regressed" and judged(2000, "could_not_keep_up") == "regressed"
+    assert tolerance_of("qos.ecn.marked", spread, faithful=False).rel == 0.5
