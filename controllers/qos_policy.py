@@ -56,7 +56,7 @@ class QosPolicy(app_manager.OSKenApp):
             self._send(conn, {"type": "policy", **self.policy})
             self.event_log.write("qos_policy_sent", scheduling=self.sc.qos.scheduling,
                                  classes=[c.name for c in self.sc.classes], queues=len(self.policy["queues"]),
-                                 ecn_queues=sum(q["profile"][4] for q in self.policy["queues"].values()),
+                                 ecn_queues=sum(q["ecn_on"] for q in self.policy["queues"].values()),
                                  pfc_queues=len(self.policy["pause_map"]))
             self._listen(conn)
         except Exception as e:  # the runner fails the run on an app_error

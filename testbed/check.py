@@ -72,7 +72,7 @@ def describe(sc: Scenario) -> dict:
             xon = [t["xon_bytes"] for t in pol["ingress"].values()]
         else:
             rows = [pol["queues"][k] for k in pol["pause_map"]]
-            xoff = [q["profile"][5] for q in rows]
+            xoff = [q["xoff_bytes"] for q in rows]
             xon = [q["xon_bytes"] for q in rows]
         out["qos"]["pfc_rule"] = pol["pfc_accounting"]
         out["qos"]["lossless_queues"] = len(pol["pause_map"])

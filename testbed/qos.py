@@ -46,11 +46,23 @@ class QueueProfile:
     xoff_bytes: int
     xon_bytes: int
 
-    def as_row(self) -> tuple:
-        """The BPF map's struct profile (testbed/bpfmaps.PROFILE)."""
-        bucket = max(1, (2 * self.kmax_bytes if self.ecn_on else self.limit_bytes) // 32)
+    @property
+    def hist_bucket_bytes(self) -> int:
+        """The width of the marking histogram's depth buckets (32 of them)."""
+        return max(1, (2 * self.kmax_bytes if self.ecn_on else self.limit_bytes) // 32)
+
+    def bpf_row(self) -> tuple:
+        """The BPF map's struct profile, in testbed.bpfmaps.PROFILE's field order: the one place
+        the profile is positional (what the data path's XOFF is: 0 unless this queue pauses)."""
         return (self.limit_bytes, self.kmin_bytes, self.kmax_bytes, round(self.pmax * 65536),
-                int(self.ecn_on), self.xoff_bytes if self.pfc_on else 0, bucket, 0)
+                int(self.ecn_on), self.xoff_bytes if self.pfc_on else 0, self.hist_bucket_bytes, 0)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "QueueProfile":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
 
 
 def class_of_dscp(sc: Scenario) -> list[int]:
@@ -209,7 +221,7 @@ def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> dict:
                                         "headroom_bytes": ing.headroom_bytes}
                         up = peer_port if peer in fabric.switch_by_name else 0
                         pauses[key] = [queue_key(fabric.intf_name(peer, up), c)]
-                queues[key] = {"profile": list(prof.as_row()), "xon_bytes": prof.xon_bytes}
+                queues[key] = prof.to_json()
                 if ups and prof.pfc_on:
                     pauses[key] = [queue_key(fabric.intf_name(u[0], u[1]), u[2]) for u in ups]
     return {"dscp_class": class_of_dscp(sc), "pfc_accounting": rule, "queues": queues, "ingress": ingress,

@@ -29,10 +29,10 @@ def pfc_events(raw: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def marking_profile(hist: dict, profile: list[int]) -> list[dict]:
+def marking_profile(hist: dict, profile: dict) -> list[dict]:
     """Per queue-depth bucket at enqueue: ECT packets, how many were marked, and the fraction the
-    RED profile asks for at the bucket's middle."""
-    limit, kmin, kmax, pmax_q16, ecn_on = profile[:5]
+    RED profile (a testbed.qos.QueueProfile's fields) asks for at the bucket's middle."""
+    kmin, kmax, pmax, ecn_on = profile["kmin_bytes"], profile["kmax_bytes"], profile["pmax"], profile["ecn_on"]
     width = hist["bucket_bytes"]
     out = []
     for b, (ect, marked) in enumerate(zip(hist["ect"], hist["marked"])):
@@ -47,7 +47,7 @@ def marking_profile(hist: dict, profile: list[int]) -> list[dict]:
         elif mid >= kmax:
             want = 1.0
         else:
-            want = pmax_q16 / 65536 * (mid - kmin) / max(1, kmax - kmin)
+            want = pmax * (mid - kmin) / max(1, kmax - kmin)
         out.append({"depth_from_bytes": lo, "depth_to_bytes": hi, "ect_packets": ect, "marked": marked,
                     "marked_fraction": marked / ect, "profile_fraction": want})
     return out
@@ -152,11 +152,15 @@ def qos_summary(raw: Path, duration_s: float) -> dict | None:
     queues = agent["queues"]  # with the policy in force at the end
     for row, hist in agent["ecn_hist"].items():
         q = queues[int(row)]
-        if q["profile"][4] or by_row.get(int(row), {}).get("mark_pkts"):
+        prof = q["profile"]
+        if isinstance(prof, list):
+            # a run recorded before the policy named its fields: the BPF struct's order
+            prof = {"limit_bytes": prof[0], "kmin_bytes": prof[1], "kmax_bytes": prof[2], "pmax": prof[3] / 65536,
+                    "ecn_on": bool(prof[4])}
+        if prof["ecn_on"] or by_row.get(int(row), {}).get("mark_pkts"):
             ecn_profiles.append({"port": q["ifname"], "class": q["class_name"],
-                                 "kmin_bytes": q["profile"][1], "kmax_bytes": q["profile"][2],
-                                 "pmax": q["profile"][3] / 65536,
-                                 "buckets": marking_profile(hist, q["profile"])})
+                                 "kmin_bytes": prof["kmin_bytes"], "kmax_bytes": prof["kmax_bytes"],
+                                 "pmax": prof["pmax"], "buckets": marking_profile(hist, prof)})
     pauses = events[events["event"] == "pause"] if not events.empty else events
     hosts = {l["node"] for l in plan["leaves"] if not l["switch"]}
     return {

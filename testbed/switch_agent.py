@@ -44,7 +44,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
 from testbed.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.netns import netns_of
 from testbed.pfc import Pause, PfcState, Resume
-from testbed.qos import find_cycle, queue_key
+from testbed.qos import QueueProfile, find_cycle, queue_key
 from testbed.records import TELEMETRY
 
 NLMSG_ERROR = 2
@@ -342,10 +342,11 @@ class Agent:
         xoff, xon = self.pfc.xoff.copy(), self.pfc.xon.copy()
         for key, q in msg["queues"].items():
             ix = self.key_index[key]
-            m.profiles[ix] = tuple(q["profile"])
-            self.queues[self.plan_row[ix]].update(profile=q["profile"], xon_bytes=q["xon_bytes"])
+            prof = QueueProfile.from_json(q)
+            m.profiles[ix] = prof.bpf_row()
+            self.queues[self.plan_row[ix]].update(profile=prof.to_json())
             if self.rule == "egress":
-                xoff[ix], xon[ix] = q["profile"][5], q["xon_bytes"]
+                xoff[ix], xon[ix] = prof.xoff_bytes if prof.pfc_on else 0, prof.xon_bytes
         if self.rule == "ingress" and "ingress" in msg:
             # every lossless (ingress port, class) is in a policy; an update names them all again
             xoff[:] = 0
@@ -359,7 +360,7 @@ class Agent:
         # a row no longer lossless stops holding its upstreams back
         self.carry_out(self.pfc.set_thresholds(xoff, xon))
         rec = {"event": "policy_applied", "kind": msg["type"], "queues": len(msg["queues"]),
-               "ecn_queues": int(sum(q["profile"][4] for q in msg["queues"].values())),
+               "ecn_queues": int(sum(q["ecn_on"] for q in msg["queues"].values())),
                "pfc_accounting": self.rule, "pfc_queues": int(self.pfc.lossless.sum())}
         self._log(rec)
         self.controller.send({"type": "applied", **{k: v for k, v in rec.items() if k != "event"}})
@@ -689,7 +690,7 @@ class Agent:
             "pfc_accounting": self.rule, "ingress_resyncs": self.ingress_resyncs,
             "ingress_end": self._ingress_end() if self.rule == "ingress" else [],
             "ecn_hist": {str(r): {"ect": hists["ect"][r].tolist(), "marked": hists["marked"][r].tolist(),
-                                  "bucket_bytes": int(self.queues[r]["profile"][6])}
+                                  "bucket_bytes": QueueProfile.from_json(self.queues[r]["profile"]).hist_bucket_bytes}
                          for r in range(len(qidx)) if hists["ect"][r].any()},
         }
 

@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 
+from testbed.qos import QueueProfile
 from testbed.switch_agent import ControllerLink
 
 
@@ -14,7 +15,7 @@ def test_a_policy_split_over_many_reads_arrives_whole():
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind("\0" + name)
     server.listen(1)
-    policy = {"type": "policy", "queues": {f"s{i}-eth{j}:{c}": {"profile": [262144, 0, 0, 0, 0, 0, 1, 0]}
+    policy = {"type": "policy", "queues": {f"s{i}-eth{j}:{c}": QueueProfile(262144, False, 0, 0, 0.0, False, 0, 0).to_json()
                                            for i in range(80) for j in range(8) for c in range(5)}}
     line = (json.dumps(policy) + "\n").encode()
     assert len(line) > 160_000

@@ -1,11 +1,14 @@
 """Port QoS as data: class maps, HTB layouts, PFC thresholds, the pause map and its deadlock
 structure (pure, no root)."""
 import dataclasses
+import json
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from testbed import qos
+from testbed.bpfmaps import PROFILE
 from testbed.routing import compute_routes
 from testbed.scenario import build_fabric, load_scenario
 
@@ -50,15 +53,17 @@ def test_pfc_thresholds_leave_headroom_for_every_upstream():
     assert p.xon_bytes == (1 << 20) - in_flight - 5 * frame
     assert p.xon_bytes < p.xoff_bytes
     off = qos.queue_profile(load_scenario("incast-pfc", ["qos.pfc=false"]), roce, [100e6], 0.002)
-    assert not off.pfc_on and off.as_row()[5] == 0
+    assert not off.pfc_on and np.array([off.bpf_row()], dtype=PROFILE)["xoff_bytes"][0] == 0
 
 
 def test_ecn_profile_row_matches_the_bpf_struct():
     sc = load_scenario("incast-ecn")
-    row = qos.queue_profile(sc, sc.classes[1], [100e6], 0.002).as_row()
-    limit, kmin, kmax, pmax_q16, ecn_on, xoff, bucket, _pad = row
-    assert (limit, kmin, kmax, ecn_on, xoff) == (2 << 20, 100000, 400000, 1, 0)
-    assert pmax_q16 == round(0.2 * 65536) and bucket == 2 * 400000 // 32
+    prof = qos.queue_profile(sc, sc.classes[1], [100e6], 0.002)
+    (row,) = np.array([prof.bpf_row()], dtype=PROFILE)   # as the agent writes it into the map
+    assert (row["limit_bytes"], row["kmin_bytes"], row["kmax_bytes"], row["ecn_on"], row["xoff_bytes"]) == \
+        (2 << 20, 100000, 400000, 1, 0)
+    assert row["pmax_q16"] == round(0.2 * 65536) and row["hist_bucket_bytes"] == 2 * 400000 // 32
+    assert qos.QueueProfile.from_json(json.loads(json.dumps(prof.to_json()))) == prof   # the policy message
 
 
 def test_pause_map_feeds_a_leaf_port_from_its_hosts_and_spines():
@@ -132,7 +137,7 @@ def test_policy_names_every_switch_queue_and_pauses_by_name():
     assert set(pol["pause_map"]["leaf0-eth1:1"]) >= {"h0_1-eth0:1", "h0_4-eth0:1"}
     assert all(k.endswith(":1") for k in pol["pause_map"])  # only the lossless class pauses
     off = qos.policy(sc.with_class_change("roce", "pfc", False), fabric, compute_routes(fabric, "shortest_path"))
-    assert off["pause_map"] == {} and off["queues"]["leaf0-eth1:1"]["profile"][5] == 0
+    assert off["pause_map"] == {} and not off["queues"]["leaf0-eth1:1"]["pfc_on"]
 
 
 @pytest.mark.parametrize("name,overrides", [("incast-pfc", []), ("pipeline-fattree", []),
@@ -152,7 +157,7 @@ def test_ingress_rule_pauses_only_the_peer_of_the_ingress_port_in_the_class_it_a
     assert pol["pause_map"] == expected
     assert set(pol["ingress"]) == set(expected)
     # an egress queue's depth pauses nothing under this rule: its XOFF is off in the data path
-    assert all(q["profile"][5] == 0 for q in pol["queues"].values())
+    assert not any(q["pfc_on"] for q in pol["queues"].values())
 
 
 @pytest.mark.parametrize("name", ["incast-pfc", "pipeline-fattree", "dateline-torus", "pfc-deadlock-torus"])
