@@ -172,13 +172,46 @@ def exit_code(summary: dict) -> int:
     return 0 if summary["fidelity"]["valid"] else 4
 
 
+class TrafficProgress:
+    """The traffic phase on a terminal: messages and payload done against the plan, the elapsed
+    time against the time limit (a log has only the lines before and after)."""
+
+    def __init__(self):
+        from rich.progress import BarColumn, Progress, TextColumn
+        self.bar = Progress(TextColumn("traffic"), BarColumn(), TextColumn("{task.fields[text]}"),
+                            console=console, transient=True)
+        self.task = None
+
+    def __call__(self, p, elapsed_s: float, limit_s: float) -> None:
+        text = (f"{p.messages_done}/{p.messages} messages, {p.payload_bytes_done / 2**20:.1f}/"
+                f"{p.payload_bytes / 2**20:.1f} MiB, {elapsed_s:.1f} s of {limit_s:g} s")
+        if self.task is None:
+            self.bar.start()
+            self.task = self.bar.add_task("traffic", total=max(1, p.messages), text=text)
+        self.bar.update(self.task, completed=p.messages_done, text=text)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+
+
+def run_with_progress(sc):
+    from testbed import runner
+    shown = TrafficProgress() if console.is_terminal else None
+    try:
+        return runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"), progress=shown)
+    finally:
+        if shown:
+            shown.close()
+
+
 def cmd_run(args) -> int:
-    from testbed import analysis, runner
+    from testbed import analysis
     from testbed.scenario import load_scenario
     sc = load_scenario(args.name, args.set)
     if os.geteuid() != 0:
         raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
-    run_dir = runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"))
+    run_dir = run_with_progress(sc)
     summary = analysis.analyze(run_dir)
     print_summary(summary, run_dir)
     return exit_code(summary)
@@ -206,12 +239,12 @@ def cmd_analyze(args) -> int:
 
 
 def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
-    from testbed import analysis, runner
+    from testbed import analysis
     from testbed.scenario import load_scenario
     sc = load_scenario(name, sets)
     if os.geteuid() != 0:
         raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
-    run_dir = runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"))
+    run_dir = run_with_progress(sc)
     return run_dir, analysis.analyze(run_dir)
 
 
@@ -387,6 +420,11 @@ def cmd_list(_args) -> int:
     return 0
 
 
+def cmd_reference(args) -> int:
+    from testbed.reference import main as reference
+    return reference(["--write"] if args.write else [])
+
+
 def cmd_clean(_args) -> int:
     from testbed.runstate import RunLock, clean_stale
     with RunLock("clean", "testbed clean"):
@@ -427,6 +465,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.set_defaults(func=cmd_check)
     sub.add_parser("list", help="list scenarios").set_defaults(func=cmd_list)
+    p = sub.add_parser("reference", help="the scenario reference (docs/scenario-reference.md) from the field "
+                                         "declarations")
+    p.add_argument("--write", action="store_true", help="write the file instead of printing it")
+    p.set_defaults(func=cmd_reference)
     sub.add_parser("clean", help="remove what killed runs left behind").set_defaults(func=cmd_clean)
     args = ap.parse_args(argv)
     try:

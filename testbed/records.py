@@ -11,6 +11,7 @@ its timestamp was lost); rx_ns when the destination's kernel received it.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,33 @@ RX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("tx_ns", "<i8"), ("rx_ns",
 assert TX.size == TX_DTYPE.itemsize and RX.size == RX_DTYPE.itemsize
 
 CHUNK_RECORDS = 8192
+
+
+# The data plane's heartbeat file (raw/engine_heartbeat): its mtime says it is alive, and it holds
+# one record rewritten in place every 200 ms and at the end (nicdp.c beat()).
+HEARTBEAT = struct.Struct("<6q")   # version, messages completed, acknowledged, planned, bytes done, planned
+HEARTBEAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EngineProgress:
+    messages_done: int
+    messages_acked: int
+    messages: int
+    payload_bytes_done: int   # network messages' payload, counted when a message completes
+    payload_bytes: int
+
+
+def read_engine_progress(path: Path) -> EngineProgress | None:
+    """The engine's last heartbeat record, or None before its first (or from another version)."""
+    try:
+        raw = Path(path).read_bytes()[:HEARTBEAT.size]
+    except OSError:
+        return None
+    if len(raw) < HEARTBEAT.size:
+        return None
+    version, *rest = HEARTBEAT.unpack(raw)
+    return EngineProgress(*rest) if version == HEARTBEAT_VERSION else None
 
 
 class RecordWriter:

@@ -23,6 +23,7 @@ from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
 from testbed.ports import PortConfig, leaf_minor
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
+from testbed.records import read_engine_progress
 from testbed.runstate import RunLock, RunRecord, clean_stale
 from testbed.scenario import Scenario, build_fabric
 from testbed.workload import build_messages, engine_plan, nic_lead_ns
@@ -33,9 +34,11 @@ ENGINE_GRACE_S = 30.0
 ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
 
 
-def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
+def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None) -> Path:
     """Run the scenario; returns its run folder (raw files and manifest.json). Interrupts unwind
-    it: the CLI turns SIGTERM into testbed.errors.Terminated and keeps SIGINT a KeyboardInterrupt."""
+    it: the CLI turns SIGTERM into testbed.errors.Terminated and keeps SIGINT a KeyboardInterrupt.
+    progress(EngineProgress, elapsed_s, time_limit_s), if given, is called about every 200 ms of
+    the traffic phase with the engine's last heartbeat record."""
     fabric = build_fabric(sc.fabric)
     ranks, messages = build_messages(sc, fabric)
     base = results_dir or RESULTS_DIR
@@ -119,7 +122,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
               "group": m.group}
              for m in messages]))
         try:
-            _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log)
+            _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress)
         except BaseException as e:  # the run folder says why it ended, whatever ended it
             manifest["error"] = f"{type(e).__name__}: {e}"
             raise
@@ -130,7 +133,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None) -> Path:
         return run_dir
 
 
-def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> None:
+def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress) -> None:
     raw = run_dir / "raw"
     timings = manifest["timings_s"]
     t0 = time.monotonic()
@@ -186,7 +189,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log) -> 
                             caps = stack.enter_context(HostCaptures(used, run_dir / "pcap",
                                                                     sc.run.capture_snaplen_bytes, record))
                             log(f"capturing on {len(used)} hosts to {run_dir / 'pcap'}")
-                        _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent)
+                        _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent, progress)
                     if sc.run.capture:
                         manifest["capture"] = caps.stats
                 if agent.proc.returncode not in (0, None):
@@ -266,7 +269,7 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
     }
 
 
-def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> None:
+def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent, progress) -> None:
     engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.engine", str(raw / "plan.json")],
                             raw / "engine.log", cwd=str(probe.PROJECT_ROOT))
     engine.on_start = record.add_process
@@ -284,6 +287,7 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> N
         faults = FaultInjector(sc, fabric, net, ctl, raw / "faults.jsonl", log)
         faults.start()
         deadline = sc.run.time_limit_s + ENGINE_GRACE_S
+        started, next_show = time.monotonic(), [0.0]
 
         def finished():
             if not ctl.alive() and not sc.controller.survive_controller_loss:
@@ -306,6 +310,11 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent) -> N
                 engine.stop()
                 return True
             beat = raw / "engine_heartbeat"
+            if progress and time.monotonic() >= next_show[0]:
+                next_show[0] = time.monotonic() + 0.2
+                p = read_engine_progress(beat)
+                if p:
+                    progress(p, time.monotonic() - started, sc.run.time_limit_s)
             if beat.exists() and time.time() - beat.stat().st_mtime > ENGINE_HEARTBEAT_TIMEOUT_S:
                 raise RunFailed(f"the traffic engine stopped responding (no heartbeat for "
                                 f"{ENGINE_HEARTBEAT_TIMEOUT_S:g} s); log:\n{engine.log_tail()}")

@@ -7,6 +7,7 @@ import pytest
 
 from helpers import SMALL, assert_ran, bridges, fabric_interfaces, run_dirs, run_testbed, summary_of
 from testbed.packets import HEADER_BYTES
+from testbed.records import read_engine_progress
 
 pytestmark = pytest.mark.root
 
@@ -36,6 +37,10 @@ def test_run_completes_and_every_packet_arrives(small_run):
     assert all(h["tx_pps"] > 0 and h["rx_pps"] > 0 for h in agents["hosts"]) and len(agents["hosts"]) == 4
     msgs = pd.read_parquet(small_run["run_dir"] / "messages.parquet")
     assert msgs["fct_ns"].notna().all() and (msgs["recv_bytes"] == msgs["bytes"]).all()
+    # the engine's last heartbeat, what the progress display shows, says the same
+    p = read_engine_progress(small_run["run_dir"] / "raw" / "engine_heartbeat")
+    assert p.messages == len(msgs) == p.messages_done == p.messages_acked
+    assert p.payload_bytes == p.payload_bytes_done == msgs["bytes"].sum()
 
 
 def test_summary_agrees_with_packets_parquet(small_run):

@@ -63,3 +63,15 @@ def test_a_message_goes_out_as_send_first_middle_last_with_ackreq_on_the_last():
         # the sealed ICRC is the one Scapy computes for the same packet
         p[BTH].icrc = None
         assert bytes(p) == frame
+
+
+def test_the_engine_heartbeat_record_reads_back_and_an_unknown_version_is_not_guessed(tmp_path):
+    from testbed.records import HEARTBEAT, EngineProgress, read_engine_progress
+    beat = tmp_path / "engine_heartbeat"
+    assert read_engine_progress(beat) is None            # not written yet
+    beat.write_bytes(b"")
+    assert read_engine_progress(beat) is None            # created, no record yet
+    beat.write_bytes(HEARTBEAT.pack(1, 3, 2, 10, 4096, 40960))
+    assert read_engine_progress(beat) == EngineProgress(3, 2, 10, 4096, 40960)
+    beat.write_bytes(HEARTBEAT.pack(2, 3, 2, 10, 4096, 40960))
+    assert read_engine_progress(beat) is None
