@@ -6,7 +6,7 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf nic scenario check analyze baseline spread regress bench test test-unit clean-state list
+.PHONY: setup host venv bpf nic scenario check analyze baseline spread regress bench test test-unit clean-state list docs
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf nic
@@ -68,6 +68,10 @@ check: venv
 
 list: venv
 	@$(PY) -m testbed list
+
+# docs/scenario-reference.md from the field declarations in testbed/scenario.py
+docs: venv
+	$(PY) -m testbed reference --write
 
 test: setup
 	$(PY) -m pytest -q -rs
