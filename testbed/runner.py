@@ -21,6 +21,7 @@ from testbed.controller import Controller
 from testbed.cpu import CpuMeter
 from testbed.errors import RunFailed
 from testbed.fabric import EmulatedFabric
+from testbed.faults import FaultInjector
 from testbed.ports import PortConfig, leaf_minor
 from testbed.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.records import read_engine_progress
@@ -205,53 +206,6 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
         raise RunFailed("the controller never reported its routes ready")
 
 
-class FaultInjector:
-    """Applies the scenario's fault schedule during the traffic phase and logs each fault."""
-
-    def __init__(self, sc, fabric, net, ctl, path: Path, log):
-        self.pending = sorted(sc.faults, key=lambda f: f.at_s)
-        self.fabric, self.net, self.ctl, self.log = fabric, net, ctl, log
-        self.controller_killed_ns = 0
-        self._f = open(path, "a", buffering=1)
-        self.start_ns = 0
-
-    def start(self) -> None:
-        self.start_ns = time.monotonic_ns()
-
-    def due_in_s(self) -> float | None:
-        if not self.pending:
-            return None
-        return self.pending[0].at_s - (time.monotonic_ns() - self.start_ns) / 1e9
-
-    def apply_due(self) -> None:
-        while self.pending and self.due_in_s() <= 0:
-            fault = self.pending.pop(0)
-            t = time.monotonic_ns()
-            record = {"t_ns": t, "at_s": (t - self.start_ns) / 1e9, "action": fault.action}
-            if fault.action == "controller_kill":
-                self.ctl.proc.kill()
-                self.controller_killed_ns = t
-                target = f"controller (pid {self.ctl.pid})"
-            else:
-                if fault.action.startswith("link_"):
-                    links = [self.fabric.link_by_name(fault.link)]
-                    target = record["link"] = links[0].name
-                else:
-                    links = [l for l in self.fabric.links if fault.switch in (l.a, l.b)]
-                    target = record["switch"] = fault.switch
-                up = fault.action.endswith("_up")
-                for link in links:
-                    # The switch-side end: a host's end lives in its namespace and is not ours to flip.
-                    node, port = (link.a, link.a_port) if link.a in self.fabric.switch_by_name else (link.b, link.b_port)
-                    self.net.ports.set_link_state(self.fabric.intf_name(node, port), up=up)
-                record["links"] = [l.name for l in links]
-            self._f.write(json.dumps(record) + "\n")
-            self.log(f"fault: {fault.action} {target} at {record['at_s']:.3f} s")
-
-    def close(self) -> None:
-        self._f.close()
-
-
 def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
     """What the switch agent needs to act on the ports: every switch queue and every pausable
     leaf. The policy itself (profiles, thresholds, pause map) comes from the controller."""
@@ -284,49 +238,47 @@ def _traffic(sc, fabric, net, plan, raw, ctl, record, manifest, log, agent, prog
                    "the traffic engine to open its sockets")
         drops0 = probe.ovs_drop_counters()
         cpu.begin()
-        faults = FaultInjector(sc, fabric, net, ctl, raw / "faults.jsonl", log)
-        faults.start()
-        deadline = sc.run.time_limit_s + ENGINE_GRACE_S
-        started, next_show = time.monotonic(), [0.0]
+        # the fault schedule's clock starts with the traffic
+        with FaultInjector(sc, fabric, net, ctl, raw / "faults.jsonl", log) as faults:
+            deadline = sc.run.time_limit_s + ENGINE_GRACE_S
+            started, next_show = time.monotonic(), [0.0]
 
-        def finished():
-            if not ctl.alive() and not sc.controller.survive_controller_loss:
-                noticed = time.monotonic_ns()
-                (raw / "controller_lost.json").write_text(json.dumps(
-                    {"noticed_ns": noticed, "killed_ns": faults.controller_killed_ns or None}))
-                planned = (f" (killed by the fault schedule; noticed after "
-                           f"{(noticed - faults.controller_killed_ns) / 1e6:.0f} ms)"
-                           if faults.controller_killed_ns else "")
-                raise RunFailed(f"the controller exited during the run{planned}; the run was stopped "
-                                f"(set controller.survive_controller_loss to keep forwarding); log:\n"
-                                f"{ctl.log_tail()}")
-            faults.apply_due()
-            if engine.proc.poll() is not None:
-                return True
-            if not agent.alive():
-                raise RunFailed(f"the switch agent exited during the run; log:\n{agent.log_tail()}")
-            if (raw / "deadlock.json").exists():
-                log("PFC deadlock detected: stopping the traffic (see raw/deadlock.json)")
-                engine.stop()
-                return True
-            beat = raw / "engine_heartbeat"
-            if progress and time.monotonic() >= next_show[0]:
-                next_show[0] = time.monotonic() + 0.2
-                p = read_engine_progress(beat)
-                if p:
-                    progress(p, time.monotonic() - started, sc.run.time_limit_s)
-            if beat.exists() and time.time() - beat.stat().st_mtime > ENGINE_HEARTBEAT_TIMEOUT_S:
-                raise RunFailed(f"the traffic engine stopped responding (no heartbeat for "
-                                f"{ENGINE_HEARTBEAT_TIMEOUT_S:g} s); log:\n{engine.log_tail()}")
-            return False
+            def finished():
+                if not ctl.alive() and not sc.controller.survive_controller_loss:
+                    noticed = time.monotonic_ns()
+                    (raw / "controller_lost.json").write_text(json.dumps(
+                        {"noticed_ns": noticed, "killed_ns": faults.controller_killed_ns or None}))
+                    planned = (f" (killed by the fault schedule; noticed after "
+                               f"{(noticed - faults.controller_killed_ns) / 1e6:.0f} ms)"
+                               if faults.controller_killed_ns else "")
+                    raise RunFailed(f"the controller exited during the run{planned}; the run was stopped "
+                                    f"(set controller.survive_controller_loss to keep forwarding); log:\n"
+                                    f"{ctl.log_tail()}")
+                faults.apply_due()
+                if engine.proc.poll() is not None:
+                    return True
+                if not agent.alive():
+                    raise RunFailed(f"the switch agent exited during the run; log:\n{agent.log_tail()}")
+                if (raw / "deadlock.json").exists():
+                    log("PFC deadlock detected: stopping the traffic (see raw/deadlock.json)")
+                    engine.stop()
+                    return True
+                beat = raw / "engine_heartbeat"
+                if progress and time.monotonic() >= next_show[0]:
+                    next_show[0] = time.monotonic() + 0.2
+                    p = read_engine_progress(beat)
+                    if p:
+                        progress(p, time.monotonic() - started, sc.run.time_limit_s)
+                if beat.exists() and time.time() - beat.stat().st_mtime > ENGINE_HEARTBEAT_TIMEOUT_S:
+                    raise RunFailed(f"the traffic engine stopped responding (no heartbeat for "
+                                    f"{ENGINE_HEARTBEAT_TIMEOUT_S:g} s); log:\n{engine.log_tail()}")
+                return False
 
-        try:
-            wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.005)
-        except WaitFailed:
-            raise RunFailed(f"the traffic engine did not finish within {deadline:g} s; log:\n"
-                            f"{engine.log_tail()}") from None
-        finally:
-            faults.close()
+            try:
+                wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.005)
+            except WaitFailed:
+                raise RunFailed(f"the traffic engine did not finish within {deadline:g} s; log:\n"
+                                f"{engine.log_tail()}") from None
         manifest["cpu"] = cpu.end()
         # What is still queued when the traffic ends, before the agent resumes paused ports and
         # they drain toward hosts that no longer listen.

@@ -1,0 +1,59 @@
+"""The scenario's fault schedule ([[faults]]) carried out during the traffic phase: links and
+switches taken down and up at the switch-side end of each link, the controller killed; each fault
+logged to raw/faults.jsonl as it happens."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+class FaultInjector:
+    """`with FaultInjector(...) as faults:` from the traffic's start; apply_due() carries out what
+    is due, and leaving closes the log."""
+
+    def __init__(self, sc, fabric, net, ctl, path: Path, log):
+        self.pending = sorted(sc.faults, key=lambda f: f.at_s)
+        self.fabric, self.net, self.ctl, self.log = fabric, net, ctl, log
+        self.controller_killed_ns = 0
+        self.path = path
+        self._f = None
+        self.start_ns = 0
+
+    def __enter__(self) -> "FaultInjector":
+        self._f = open(self.path, "a", buffering=1)
+        self.start_ns = time.monotonic_ns()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+    def due_in_s(self) -> float | None:
+        if not self.pending:
+            return None
+        return self.pending[0].at_s - (time.monotonic_ns() - self.start_ns) / 1e9
+
+    def apply_due(self) -> None:
+        while self.pending and self.due_in_s() <= 0:
+            fault = self.pending.pop(0)
+            t = time.monotonic_ns()
+            record = {"t_ns": t, "at_s": (t - self.start_ns) / 1e9, "action": fault.action}
+            if fault.action == "controller_kill":
+                self.ctl.proc.kill()
+                self.controller_killed_ns = t
+                target = f"controller (pid {self.ctl.pid})"
+            else:
+                if fault.action.startswith("link_"):
+                    links = [self.fabric.link_by_name(fault.link)]
+                    target = record["link"] = links[0].name
+                else:
+                    links = [l for l in self.fabric.links if fault.switch in (l.a, l.b)]
+                    target = record["switch"] = fault.switch
+                up = fault.action.endswith("_up")
+                for link in links:
+                    # The switch-side end: a host's end lives in its namespace and is not ours to flip.
+                    node, port = (link.a, link.a_port) if link.a in self.fabric.switch_by_name else (link.b, link.b_port)
+                    self.net.ports.set_link_state(self.fabric.intf_name(node, port), up=up)
+                record["links"] = [l.name for l in links]
+            self._f.write(json.dumps(record) + "\n")
+            self.log(f"fault: {fault.action} {target} at {record['at_s']:.3f} s")
