@@ -22,7 +22,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import RunFailed
-from testbed.mininet_topo import to_mininet_topo
+from topologies.mn_adapter import to_mininet_topo
 from testbed.ports import PortConfig, PortManager
 from testbed.runstate import RunRecord, existing_bridges, wait_for_inflight_commands
 from topologies.model import Fabric

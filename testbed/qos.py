@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from testbed.routing import RouteTable, next_vc
-from testbed.scenario import ClassSpec, Scenario
+from testbed.scenario.schema import ClassSpec, Scenario
 from testbed.wire import HEADER_BYTES
 from topologies.model import Fabric
 

@@ -570,73 +570,36 @@ class Agent:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> dict:
+        """Look, sample and keep house until asked to stop; then resume everything and report."""
         p = self.plan
         sample_ns = int(1e9 / p["telemetry_hz"])
         # Without PFC nothing needs a faster look than the telemetry's.
         poll_ns = int(1e9 / p["poll_hz"]) if self.pfc.feeders else sample_ns
-        stuck_ns = int(p["deadlock_detect_ms"] * 1e6)
-        watchdog_ns = int(p["watchdog_ms"] * 1e6)
+        self._stuck_ns = int(p["deadlock_detect_ms"] * 1e6)
+        self._watchdog_ns = int(p["watchdog_ms"] * 1e6)
         self._stuck_since: dict = {}
-        view = self.maps.queues[:self.n]
-        ing = self.maps.ingress[:self.n]
+        self._traffic_started = False
+        self._view = view = self.maps.queues[:self.n]
+        self._ing = self.maps.ingress[:self.n]
+        self._inputs = InputBacklog({l["ifindex"]: l["ifname"] for l in self.leaves if l["switch"]})
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic_ns()
+        self._last_look, self._blind_max_ns, self._blind_over_ms = start, 0, 0
         next_sample = start
-        inputs = InputBacklog({l["ifindex"]: l["ifname"] for l in self.leaves if l["switch"]})
-        engine_ready = self.raw / "engine_ready"
-        traffic_started = False
-        polls = sweeps = 0
-        late_samples = 0
-        # The longest a lossless row went unlooked-at, and how often over 1 ms: PFC headroom only
-        # covers the agent's reaction while these stay within its allowance.
-        last_look = start
-        blind_max_ns = blind_over_ms = 0
-
-        def deadlock_and_control(now):
-            nonlocal traffic_started
-            if self.pfc.causes:
-                self.check_deadlock(now, stuck_ns)
-            if watchdog_ns:
-                self.check_watchdog(now, watchdog_ns)
-            for msg in self.controller.receive(timeout_s=None):
-                self.apply_policy(msg)
-            if not traffic_started and engine_ready.exists():
-                traffic_started = True
-                self.controller.send({"type": "traffic_started", "t_ns": now})
-
-        def report(now):
-            self.report(now, view)
-            self.resync_stale(view)
-            if self.rule == "ingress" and self.pfc.feeders:
-                self.resync_ingress(ing, inputs)
-
-        def flush(now):
-            self.flush()
-            self.events.flush()
-
+        polls = sweeps = late_samples = 0
         # Housekeeping, one task per pass and a look between any two: each took up to 0.2-0.9 ms
         # here (measured), so several in one pass would add up to the reaction the headroom
         # allows. (The agent's longer blind spots, 3-9 ms now and then, remained: they are the
         # machine's, the hypervisor's steal among them.) [next due, period, task]
-        chores = [[start + DEADLOCK_CHECK_NS, DEADLOCK_CHECK_NS, deadlock_and_control],
-                  [start + REPORT_NS, REPORT_NS, report],
-                  [start, INPUT_SAMPLE_NS, lambda now: inputs.sample()],
-                  [start + FLUSH_NS, FLUSH_NS, flush]]
+        chores = [[start + DEADLOCK_CHECK_NS, DEADLOCK_CHECK_NS, self._chore_control],
+                  [start + REPORT_NS, REPORT_NS, self._chore_report],
+                  [start, INPUT_SAMPLE_NS, lambda now: self._inputs.sample()],
+                  [start + FLUSH_NS, FLUSH_NS, self._chore_flush]]
         while not self.stop_requested:
             now = time.monotonic_ns()
             np.maximum(self.max_depth, view["depth_bytes"], out=self.max_depth)
             if self.pfc.feeders:
-                blind = now - last_look
-                last_look = now
-                blind_max_ns = max(blind_max_ns, blind)
-                blind_over_ms += blind > 1_000_000
-                rows = ing if self.rule == "ingress" else view
-                level = self.held(ing) if self.rule == "ingress" else view["depth_bytes"].astype(np.int64)
-                if self.rule == "ingress":
-                    np.maximum(self.max_held, level, out=self.max_held)
-                cross = rows["xoff_cross_ns"]
-                self.carry_out(self.pfc.look(level, cross))
-                cross[self.pfc.rearm(level) & (cross != 0)] = 0
+                self._look(now)
             if self.restore_at:
                 self.restore_buckets(now)
             polls += 1
@@ -659,16 +622,62 @@ class Agent:
         self.sample(end, view)
         self.flush()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "start_ns": start, "end_ns": end, "scheduling": self.scheduling, "polls": polls, "sweeps": sweeps,
+            "late_samples": late_samples, "poll_hz_achieved": polls / max(1e-9, (end - start) / 1e9),
+            "blind_max_us": self._blind_max_ns / 1e3, "blind_over_1ms": self._blind_over_ms,
+            "telemetry_hz_achieved": sweeps / max(1e-9, (end - start) / 1e9),
+            "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+            **self._result(),
+        }
+
+    def _look(self, now: int) -> None:
+        """One PFC look at every lossless row: pauses and resumes carried out, stamps re-armed. The
+        longest a row went unlooked-at, and how often over 1 ms, are kept: PFC headroom only covers
+        the agent's reaction while these stay within its allowance."""
+        blind = now - self._last_look
+        self._last_look = now
+        self._blind_max_ns = max(self._blind_max_ns, blind)
+        self._blind_over_ms += blind > 1_000_000
+        if self.rule == "ingress":
+            rows, level = self._ing, self.held(self._ing)
+            np.maximum(self.max_held, level, out=self.max_held)
+        else:
+            rows, level = self._view, self._view["depth_bytes"].astype(np.int64)
+        cross = rows["xoff_cross_ns"]
+        self.carry_out(self.pfc.look(level, cross))
+        cross[self.pfc.rearm(level) & (cross != 0)] = 0
+
+    def _chore_control(self, now: int) -> None:
+        """Deadlocks, the watchdog, the controller's messages, and telling it the traffic started."""
+        if self.pfc.causes:
+            self.check_deadlock(now, self._stuck_ns)
+        if self._watchdog_ns:
+            self.check_watchdog(now, self._watchdog_ns)
+        for msg in self.controller.receive(timeout_s=None):
+            self.apply_policy(msg)
+        if not self._traffic_started and (self.raw / "engine_ready").exists():
+            self._traffic_started = True
+            self.controller.send({"type": "traffic_started", "t_ns": now})
+
+    def _chore_report(self, now: int) -> None:
+        self.report(now, self._view)
+        self.resync_stale(self._view)
+        if self.rule == "ingress" and self.pfc.feeders:
+            self.resync_ingress(self._ing, self._inputs)
+
+    def _chore_flush(self, now: int) -> None:
+        self.flush()
+        self.events.flush()
+
+    def _result(self) -> dict:
+        """What the agent did, for raw/agent.json: pauses and their reaction times, deadlock, every
+        queue at the end, the ingress rows, the marking histograms."""
         react = np.array(self.reaction_ns, dtype=np.int64)
         q_end = self.maps.queues[self.qidx]
         hists = self.maps.hists[self.qidx]
         qidx = self.qidx
         return {
-            "start_ns": start, "end_ns": end, "scheduling": self.scheduling, "polls": polls, "sweeps": sweeps, "late_samples": late_samples,
-            "poll_hz_achieved": polls / max(1e-9, (end - start) / 1e9),
-            "blind_max_us": blind_max_ns / 1e3, "blind_over_1ms": blind_over_ms,
-            "telemetry_hz_achieved": sweeps / max(1e-9, (end - start) / 1e9),
-            "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
             "pauses": self.pauses, "resumes": self.resumes, "watchdog_fired": self.watchdog_fired,
             "reaction_us": {"count": int(len(react)),
                             "p50": float(np.percentile(react, 50) / 1e3) if len(react) else None,
@@ -678,7 +687,7 @@ class Agent:
                             "over_allowance": int((react > self.reaction_allowance_ns).sum())
                             if self.reaction_allowance_ns else None},
             "deadlock": self.deadlock,
-            "ovs_input_backlog": inputs.result(),
+            "ovs_input_backlog": self._inputs.result(),
             "controller_lost": self.controller.lost,
             "queues": self.queues,
             "queues_end": [{"row": r, "port": self.queues[r]["ifname"], "node": self.queues[r]["node"],

@@ -13,7 +13,7 @@ from testbed.collectives import (Message, all_to_all, background, halving_doubli
                                  torus2d_allreduce)
 from testbed.errors import InputError
 from testbed.pipeline import PipelineJob, model_bytes, pipeline_step
-from testbed.scenario import Scenario
+from testbed.scenario.schema import Scenario
 from testbed.traces import chakra_files, chakra_messages, read_simai, simai_messages
 from topologies.model import Fabric
 from topologies.torus import snake_order

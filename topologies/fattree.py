@@ -55,7 +55,7 @@ def fattree(k: int) -> Fabric:
 
 
 def _mininet_fattree(k: int = 4):
-    from testbed.mininet_topo import to_mininet_topo
+    from topologies.mn_adapter import to_mininet_topo
     return to_mininet_topo(fattree(k))
 
 

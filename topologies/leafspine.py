@@ -43,7 +43,7 @@ def leafspine(leaves: int, spines: int, hosts_per_leaf: int, uplink_bw_mbps: flo
 
 
 def _mininet_leafspine(leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4):
-    from testbed.mininet_topo import to_mininet_topo
+    from topologies.mn_adapter import to_mininet_topo
     return to_mininet_topo(leafspine(leaves, spines, hosts_per_leaf))
 
 

@@ -91,7 +91,7 @@ def snake_order(fabric: Fabric) -> list[str]:
 
 def _mininet_torus(*dims: int, hosts: int = 1):
     # Imported here, not at the top, so the topology stays pure data for everything but mn.
-    from testbed.mininet_topo import to_mininet_topo
+    from topologies.mn_adapter import to_mininet_topo
     return to_mininet_topo(torus(dims, hosts))
 
 

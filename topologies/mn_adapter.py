@@ -1,4 +1,5 @@
-"""The one adapter from a pure Fabric to a Mininet Topo (used by the runner and by `mn --custom`)."""
+"""The one adapter from a pure Fabric to a Mininet Topo (used by the runner and by `mn --custom`);
+the topologies themselves stay pure data and import it only when mn asks for a Topo."""
 from __future__ import annotations
 
 from mininet.topo import Topo

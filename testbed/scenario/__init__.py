@@ -1,0 +1,21 @@
+"""Scenario files: the schema (testbed.scenario.schema: every field declared once) and the loader
+(testbed.scenario.loader: validation, cross-checks, `--set` overrides).
+
+A scenario is a TOML file in scenarios/ with tables [fabric], [controller], [workload],
+[transport], [dcqcn], [qos] and [run] (each optional: defaults apply), and optional arrays of
+[[classes]], [[policy_changes]], [[faults]], [[expect]] and [[tolerance]]
+(docs/scenario-reference.md). Modules that only need the types import the schema, which imports
+nothing of the testbed's model; the loader sits above the workload builders it checks with.
+"""
+from testbed.scenario.schema import (DEFAULT_CLASSES, EXPECT_OPS, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION,
+                                     SECTIONS, TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ControllerSpec, DcqcnSpec,
+                                     ExpectSpec, FabricSpec, FaultSpec, PolicyChangeSpec, QosSpec, RunSpec, Scenario,
+                                     ToleranceSpec, TransportSpec, WorkloadSpec, build_fabric, spec)
+from testbed.scenario.loader import (SCENARIO_DIR, list_scenarios, load_document, load_scenario, parse_override,
+                                     scenario_path)
+
+__all__ = ["DEFAULT_CLASSES", "EXPECT_OPS", "MAX_CLASSES", "POLICY_FIELDS", "SCENARIO_DIR", "SCENARIO_VERSION",
+           "SECTIONS", "TOP_LEVEL", "TOPOLOGY_FIELDS", "ClassSpec", "ControllerSpec", "DcqcnSpec", "ExpectSpec",
+           "FabricSpec", "FaultSpec", "PolicyChangeSpec", "QosSpec", "RunSpec", "Scenario", "ToleranceSpec",
+           "TransportSpec", "WorkloadSpec", "build_fabric", "list_scenarios", "load_document", "load_scenario",
+           "parse_override", "scenario_path", "spec"]

@@ -1,0 +1,342 @@
+"""Scenario files read and checked: each value against its declaration, the cross-checks that need
+the fabric and the workload, `--set` overrides. Anything else in a file is an error naming the
+file and the field (exit 2)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import InputError
+from testbed.metrics import DERIVED, TRACKED, tolerance_of
+from testbed.scenario.schema import (DEFAULT_CLASSES, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION, SECTIONS,
+                                     TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ExpectSpec, FaultSpec, PolicyChangeSpec,
+                                     Scenario, ToleranceSpec, build_fabric)
+from testbed.units import parse_bytes
+from testbed.wire import HEADER_BYTES
+from testbed.workload import grid_width, trace_messages
+
+SCENARIO_DIR = Path(os.environ.get("TESTBED_SCENARIO_DIR", Path(__file__).resolve().parents[2] / "scenarios"))
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def _check_value(where: str, name: str, raw: Any, meta: dict) -> Any:
+    kind, lo, hi = meta["kind"], meta["lo"], meta["hi"]
+
+    def fail(msg: str):
+        raise InputError(where, name, f"{msg} ({meta['doc']})")
+
+    if kind == "any":
+        return raw
+    if kind == "bool":
+        if not isinstance(raw, bool):
+            fail(f"expected true or false, got {raw!r}")
+        return raw
+    if kind == "str":
+        if not isinstance(raw, str):
+            fail(f"expected a string, got {raw!r}")
+        if meta["choices"] and raw not in meta["choices"]:
+            fail(f"expected one of {', '.join(meta['choices'])}; got {raw!r}")
+        return raw
+    if kind == "int_list":
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                         for v in raw):
+            fail(f"expected a list of integers, got {raw!r}")
+        n_lo, n_hi = meta["length"]
+        if not n_lo <= len(raw) <= n_hi:
+            fail(f"expected {n_lo} to {n_hi} numbers, got {len(raw)}")
+        if any(not lo <= v <= hi for v in raw):
+            fail(f"every number must be in {lo}..{hi}, got {list(raw)}")
+        return tuple(raw)
+    if kind == "bytes":
+        try:
+            value = parse_bytes(raw)
+        except ValueError as e:
+            fail(str(e))
+    elif kind == "int":
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            fail(f"expected an integer, got {raw!r}")
+        value = raw
+    elif kind == "float":
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            fail(f"expected a number, got {raw!r}")
+        value = float(raw)
+        if not math.isfinite(value):
+            fail(f"expected a finite number, got {raw!r}")
+    else:  # pragma: no cover - schema bug
+        raise AssertionError(kind)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        fail(f"must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _build_section(where: str, section: str, cls, table: Any):
+    if not isinstance(table, dict):
+        raise InputError(where, section, f"expected a table [{section}], got {table!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in table:
+        if key not in fields:
+            raise InputError(where, f"{section}.{key}",
+                             f"unknown field; expected one of {', '.join(fields)}")
+    values = {k: _check_value(where, f"{section}.{k}", v, fields[k].metadata) for k, v in table.items()}
+    return cls(**values)
+
+
+def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
+    f, w, c = sc.fabric, sc.workload, sc.controller
+    for topo, keys in TOPOLOGY_FIELDS.items():
+        for key in sorted(keys & fabric_keys):
+            if topo != f.topology:
+                raise InputError(where, f"fabric.{key}", f"only applies to topology {topo}, not {f.topology}")
+    if f.topology == "fattree" and f.k % 2:
+        raise InputError(where, "fabric.k", f"must be even, got {f.k}")
+    if c.routing == "dimension_order" and f.topology != "torus":
+        raise InputError(where, "controller.routing", f"dimension_order needs a torus, not a {f.topology}")
+    if c.dateline and (f.topology != "torus" or c.routing in ("ecmp", "dmodk")):
+        raise InputError(where, "controller.dateline", "needs a torus with single-path routing")
+    if c.dateline and c.vc1_dscp == w.dscp:
+        raise InputError(where, "controller.vc1_dscp", f"must differ from workload.dscp ({w.dscp})")
+    if sc.transport.cc == "dcqcn":
+        default = next((k for k in sc.classes if k.default), None)
+        cls = default if sc.qos.scheduling == "fifo" else next((k for k in sc.classes if w.dscp in k.dscp), default)
+        if not sc.qos.ecn or (cls is not None and not cls.ecn) or not w.ect:
+            raise InputError(where, "transport.cc", "dcqcn reacts to ECN marks: it needs qos.ecn = true, a class "
+                             f"with ecn = true for workload.dscp {w.dscp} and workload.ect = true")
+    frame = w.payload_bytes + HEADER_BYTES
+    if frame > f.mtu_bytes + 14:
+        raise InputError(where, "workload.payload_bytes",
+                         f"a {w.payload_bytes}-byte payload makes {frame}-byte frames, over fabric.mtu_bytes "
+                         f"{f.mtu_bytes} + 14")
+    if f.queue_limit_bytes < 2 * frame:
+        raise InputError(where, "fabric.queue_limit_bytes",
+                         f"must hold at least two {frame}-byte frames, got {f.queue_limit_bytes}")
+    try:
+        fabric = build_fabric(f)
+    except ValueError as e:
+        raise InputError(where, "fabric", str(e)) from None
+    n_hosts = len(fabric.hosts)
+    if n_hosts < 2:
+        raise InputError(where, "fabric", "a collective needs at least 2 hosts")
+    # every link end has a slot of MAX_CLASSES queues in the port program's maps
+    from testbed.bpfmaps import MAX_CLASSES as SLOT_CLASSES, MAX_QUEUES  # noqa: PLC0415
+    ports = len(fabric.interfaces())
+    if ports > MAX_QUEUES // SLOT_CLASSES:
+        raise InputError(where, "fabric", f"{ports} link ends; the port program holds at most "
+                         f"{MAX_QUEUES // SLOT_CLASSES} (testbed/bpf/port_qos.bpf.c MAX_QUEUES)")
+    if w.type in ("chakra", "simai"):
+        trace_messages(sc, [h.name for h in fabric.hosts], where)  # a bad trace file is bad input
+    if w.type == "pipeline" and w.pp * w.dp > n_hosts:
+        raise InputError(where, "workload.pp", f"pp x dp = {w.pp * w.dp} stages need as many hosts; this fabric "
+                         f"has {n_hosts}")
+    if w.type == "halving_doubling" and n_hosts & (n_hosts - 1):
+        raise InputError(where, "workload.type", f"halving_doubling needs a power-of-two number of ranks; this "
+                         f"fabric has {n_hosts} hosts")
+    if w.type == "torus2d_allreduce":
+        x = grid_width(sc, fabric)
+        if x < 2 or n_hosts % x or n_hosts // x < 2:
+            raise InputError(where, "workload.grid_x", f"rows of {x} ranks do not make a grid of at least 2 x 2 "
+                             f"out of {n_hosts} hosts")
+    for i, fault in enumerate(sc.faults):
+        if fault.action.startswith("link_"):
+            try:
+                link = fabric.link_by_name(fault.link)
+            except KeyError:
+                raise InputError(where, f"faults[{i}].link", f"no link {fault.link!r} in this fabric "
+                                 f"(write it as <node>-<node>, e.g. {fabric.links[-1].name})") from None
+            if link.a in fabric.host_by_name or link.b in fabric.host_by_name:
+                raise InputError(where, f"faults[{i}].link", "only switch-to-switch links can fail "
+                                 "(a host's only link down would cut it off)")
+        elif fault.action.startswith("switch_") and fault.switch not in fabric.switch_by_name:
+            raise InputError(where, f"faults[{i}].switch", f"no switch {fault.switch!r} in this fabric "
+                             f"(e.g. {fabric.switches[-1].name})")
+    _check_classes(where, sc)
+    hosts = [h.name for h in fabric.hosts]
+    if w.type == "incast":
+        if w.receiver and w.receiver not in hosts:
+            raise InputError(where, "workload.receiver", f"no host {w.receiver!r} in this fabric (e.g. {hosts[0]})")
+        if w.senders > n_hosts - 1:
+            raise InputError(where, "workload.senders", f"at most {n_hosts - 1} hosts can send to one receiver")
+        if w.not_ect_senders > w.senders:
+            raise InputError(where, "workload.not_ect_senders", f"more than the {w.senders} senders")
+    if w.bulk_shift and w.bulk_shift % n_hosts == 0:
+        raise InputError(where, "workload.bulk_shift", f"a multiple of the {n_hosts} hosts sends nothing anywhere")
+    if w.victim:
+        pair = w.victim.split(">")
+        if len(pair) != 2 or any(p not in hosts for p in pair) or pair[0] == pair[1]:
+            raise InputError(where, "workload.victim", f"expected <src host>><dst host> of two hosts, e.g. "
+                             f"{hosts[0]}>{hosts[-1]}; got {w.victim!r}")
+    if w.type == "shift" and w.shift % n_hosts == 0:
+        raise InputError(where, "workload.shift", f"a multiple of the {n_hosts} ranks sends nothing anywhere")
+    if w.bytes_per_rank < n_hosts:
+        raise InputError(where, "workload.bytes_per_rank",
+                         f"must be at least one byte per rank ({n_hosts}), got {w.bytes_per_rank}")
+
+
+def _check_classes(where: str, sc: Scenario) -> None:
+    classes, f = sc.classes, sc.fabric
+    if not 1 <= len(classes) <= MAX_CLASSES:
+        raise InputError(where, "classes", f"expected 1 to {MAX_CLASSES} classes, got {len(classes)}")
+    seen_names: set[str] = set()
+    owner: dict[int, str] = {}
+    for i, c in enumerate(classes):
+        at = f"classes[{i}]"
+        if not _NAME_RE.match(c.name) or c.name in seen_names:
+            raise InputError(where, f"{at}.name", f"needs a unique name (letters, digits, - and _), got {c.name!r}")
+        seen_names.add(c.name)
+        for d in c.dscp:
+            if d in owner:
+                raise InputError(where, f"{at}.dscp", f"DSCP {d} is already in class {owner[d]}")
+            owner[d] = c.name
+        buffer = c.buffer_bytes or f.queue_limit_bytes
+        if c.ecn and c.ecn_kmin_bytes > c.ecn_kmax_bytes:
+            raise InputError(where, f"{at}.ecn_kmin_bytes", f"must not exceed ecn_kmax_bytes ({c.ecn_kmax_bytes})")
+        if c.pfc and c.xoff_bytes and c.xoff_bytes > buffer:
+            raise InputError(where, f"{at}.xoff_bytes", f"must not exceed the class's buffer ({buffer})")
+        if c.pfc and c.xon_bytes and c.xoff_bytes and c.xon_bytes >= c.xoff_bytes:
+            raise InputError(where, f"{at}.xon_bytes", f"must be below xoff_bytes ({c.xoff_bytes})")
+    if sum(c.default for c in classes) != 1:
+        raise InputError(where, "classes", "exactly one class needs default = true (it takes unlisted DSCPs)")
+
+
+def _check_policy_change(where: str, i: int, c: PolicyChangeSpec, classes) -> PolicyChangeSpec:
+    at = f"policy_changes[{i}]"
+    if c.class_name not in {k.name for k in classes}:
+        raise InputError(where, f"{at}.class_name", f"no class {c.class_name!r}; classes are "
+                         f"{', '.join(k.name for k in classes)}")
+    if c.field not in POLICY_FIELDS:
+        raise InputError(where, f"{at}.field", f"expected one of {', '.join(POLICY_FIELDS)}, got {c.field!r}")
+    meta = {f.name: f for f in dataclasses.fields(ClassSpec)}[c.field].metadata
+    value = _check_value(where, f"{at}.value", c.value, meta)
+    return dataclasses.replace(c, value=value)
+
+
+def _check_expect(where: str, i: int, e: ExpectSpec) -> ExpectSpec:
+    at = f"expect[{i}]"
+    if not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$", e.metric):
+        raise InputError(where, f"{at}.metric", f"expected a dotted path into summary.json, got {e.metric!r}")
+    if (e.value is None) == (not e.than):
+        raise InputError(where, at, "give exactly one of value and than")
+    if e.metric in DERIVED or e.than in DERIVED:
+        raise InputError(where, f"{at}.metric", f"{e.metric if e.metric in DERIVED else e.than} is derived from "
+                         f"the run's checks: expect the check itself (e.g. qos.pfc.deadlocked, "
+                         f"collective.iterations_complete, packets.lost)")
+    if e.than and not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$", e.than):
+        raise InputError(where, f"{at}.than", f"expected a dotted path into summary.json, got {e.than!r}")
+    if e.value is not None:
+        numeric = isinstance(e.value, (int, float)) and not isinstance(e.value, bool)
+        if not numeric and not (isinstance(e.value, (str, bool)) and e.op in ("==", "!=")):
+            raise InputError(where, f"{at}.value", f"{e.value!r} with {e.op}: ordering needs a number")
+    return e
+
+
+def _check_tolerance(where: str, i: int, t: ToleranceSpec) -> ToleranceSpec:
+    if tolerance_of(t.metric) is None:
+        raise InputError(where, f"tolerance[{i}].metric", f"{t.metric!r} is not a tracked metric; tracked: "
+                         f"{', '.join(TRACKED)}")
+    if tolerance_of(t.metric).better == "equal":
+        raise InputError(where, f"tolerance[{i}].metric", f"{t.metric} must equal its baseline: no tolerance")
+    return t
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`section.field=value`; the value is read as TOML (numbers, lists, booleans) or else as a string."""
+    if "=" not in text:
+        raise InputError("--set", text, "expected section.field=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if key.count(".") != 1 or key.split(".")[0] not in SECTIONS:
+        raise InputError("--set", key, f"expected <section>.<field> with section one of {', '.join(SECTIONS)}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[str] = ()) -> Scenario:
+    for key in doc:
+        if key not in TOP_LEVEL:
+            raise InputError(where, key, f"unknown field; expected one of {', '.join(sorted(TOP_LEVEL))}")
+    version = doc.get("scenario_version", SCENARIO_VERSION)
+    if version != SCENARIO_VERSION:
+        raise InputError(where, "scenario_version", f"this testbed reads version {SCENARIO_VERSION}, got {version!r}")
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise InputError(where, "description", "expected a string")
+    tables = {s: dict(doc.get(s, {})) if isinstance(doc.get(s, {}), dict) else doc[s] for s in SECTIONS}
+    faults_doc = doc.get("faults", [])
+    if not isinstance(faults_doc, list):
+        raise InputError(where, "faults", "expected an array of tables [[faults]]")
+    classes_doc = doc.get("classes")
+    if classes_doc is not None and not isinstance(classes_doc, list):
+        raise InputError(where, "classes", "expected an array of tables [[classes]]")
+    for text in overrides:
+        key, value = parse_override(text)
+        section, fname = key.split(".")
+        if not isinstance(tables[section], dict):
+            break  # the file's own error is reported below
+        if fname not in {f.name for f in dataclasses.fields(SECTIONS[section])}:
+            raise InputError("--set", key, f"unknown field; expected one of "
+                             f"{', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
+        tables[section][fname] = value
+    built = {}
+    for section, cls in SECTIONS.items():
+        try:
+            built[section] = _build_section(where, section, cls, tables[section])
+        except InputError as e:
+            if overrides and any(o.split("=", 1)[0].strip() == e.field for o in overrides):
+                raise InputError("--set", e.field, e.message) from None
+            raise
+    faults = tuple(_build_section(where, f"faults[{i}]", FaultSpec, t) for i, t in enumerate(faults_doc))
+    classes = DEFAULT_CLASSES if classes_doc is None else tuple(
+        _build_section(where, f"classes[{i}]", ClassSpec, t) for i, t in enumerate(classes_doc))
+    changes_doc = doc.get("policy_changes", [])
+    if not isinstance(changes_doc, list):
+        raise InputError(where, "policy_changes", "expected an array of tables [[policy_changes]]")
+    changes = tuple(_build_section(where, f"policy_changes[{i}]", PolicyChangeSpec, t)
+                    for i, t in enumerate(changes_doc))
+    changes = tuple(_check_policy_change(where, i, c, classes) for i, c in enumerate(changes))
+    expect_doc = doc.get("expect", [])
+    if not isinstance(expect_doc, list):
+        raise InputError(where, "expect", "expected an array of tables [[expect]]")
+    expect = tuple(_check_expect(where, i, _build_section(where, f"expect[{i}]", ExpectSpec, t))
+                   for i, t in enumerate(expect_doc))
+    tol_doc = doc.get("tolerance", [])
+    if not isinstance(tol_doc, list):
+        raise InputError(where, "tolerance", "expected an array of tables [[tolerance]]")
+    tolerance = tuple(_check_tolerance(where, i, _build_section(where, f"tolerance[{i}]", ToleranceSpec, t))
+                      for i, t in enumerate(tol_doc))
+    sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
+                  policy_changes=changes, expect=expect, tolerance=tolerance, **built)
+    _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
+    return sc
+
+
+def scenario_path(name: str) -> Path:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InputError("NAME", None, f"{name!r} is not a scenario name (letters, digits, - and _ only)")
+    path = SCENARIO_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in SCENARIO_DIR.glob("*.toml")))
+        raise InputError("NAME", None, f"no scenario {name!r} in scenarios/; known: {known}")
+    return path
+
+
+def load_scenario(name: str, overrides: list[str] = ()) -> Scenario:
+    path = scenario_path(name)
+    where = f"scenarios/{path.name}"
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(where, None, f"not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise InputError(where, None, f"not UTF-8 text: {e}") from None
+    return load_document(name, doc, where, overrides)
+
+
+def list_scenarios() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
