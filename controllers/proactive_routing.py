@@ -30,6 +30,7 @@ from controllers.flows import (add_select_group, barrier, delete_flows, delete_g
                                install_rule)
 from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for
 from testbed.qos import switch_port_slots
+from controllers.route_events import EventRoutesChanged
 from testbed.routing import compute_routes
 
 
@@ -57,6 +58,7 @@ def parse_vc_dscp(text: str) -> dict[int, int]:
 
 class ProactiveRouting(app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION, ofproto_v1_5.OFP_VERSION]
+    _EVENTS = [EventRoutesChanged]   # published on every reroute, to the apps that depend on routes
 
     def __init__(self, *args, testbed, **kwargs):
         super().__init__(*args, **kwargs)
@@ -165,6 +167,7 @@ class ProactiveRouting(app_manager.OSKenApp):
     def _reroute(self) -> None:
         self.reroute_started_ns = time.monotonic_ns()
         old, self.routes = self.routes, compute_routes(self.fabric, self.routing, self.down_links)
+        self.send_event_to_observers(EventRoutesChanged(self.routes, tuple(sorted(l.name for l in self.down_links))))
         changed = 0
         for dpid, dp in self.datapaths.items():
             sw = self.switch_by_dpid[dpid].name

@@ -3,8 +3,11 @@
 The switches' fast loops (per-packet marking, XOFF/XON within a millisecond) run in the data
 path and the switch agent (testbed/switch_agent.py); this app owns what they do. When the agent
 connects (a Unix socket in the abstract namespace, name from --param agent_socket), the app
-computes the policy from the scenario's classes and its own routes (testbed.qos.policy: DSCP map,
-per-queue buffers, ECN profiles, the PFC rule, XOFF/XON, the pause map) and sends it; it logs every decision
+computes the policy from the scenario's classes and the routes (testbed.qos.policy: DSCP map,
+per-queue buffers, ECN profiles, the PFC rule, XOFF/XON, the pause map) and sends it. It hears of
+every reroute from the routing app (controllers.route_events.EventRoutesChanged) and sends the
+agent the pause map the new routes make (under the egress rule; the ingress rule's pauses do not
+depend on routes, so nothing changes there); it logs every decision
 and what the agent reports (policy applied, telemetry summaries at 10 Hz, deadlocks, watchdog
 firings) to the controller's event log. The scenario's [[policy_changes]] are its run-time
 decisions: at each change's time after traffic starts it recomputes the policy and sends the
@@ -21,7 +24,9 @@ import time
 import traceback
 
 from os_ken.base import app_manager
+from os_ken.controller.handler import set_ev_cls
 
+from controllers.route_events import EventRoutesChanged
 from testbed import qos
 from testbed.routing import compute_routes
 from testbed.scenario import Scenario
@@ -37,7 +42,9 @@ class QosPolicy(app_manager.OSKenApp):
         params = testbed.params
         with open(params["scenario"]) as f:
             self.sc = Scenario.from_dict(json.load(f))
+        # the routes at start, as the routing app computes them; its EventRoutesChanged replaces them
         self.table = compute_routes(self.fabric, self.sc.controller.routing)
+        self._new_routes = None   # from the app's event thread to the agent link's thread
         # Listening before the launcher reports the controller up: the agent may connect at once.
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind("\0" + params["agent_socket"])
@@ -53,6 +60,7 @@ class QosPolicy(app_manager.OSKenApp):
             self.listener.settimeout(ACCEPT_TIMEOUT_S)
             conn, _ = self.listener.accept()
             self.policy = qos.policy(self.sc, self.fabric, self.table)
+            self._sent_pause_map = self.policy["pause_map"]
             self._send(conn, {"type": "policy", **self.policy})
             self.event_log.write("qos_policy_sent", scheduling=self.sc.qos.scheduling,
                                  classes=[c.name for c in self.sc.classes], queues=len(self.policy["queues"]),
@@ -86,10 +94,29 @@ class QosPolicy(app_manager.OSKenApp):
             while pending and started_ns is not None and \
                     time.monotonic_ns() - started_ns >= pending[0].at_s * 1e9:
                 self._change(conn, pending.pop(0))
+            if self._new_routes is not None:
+                routes, self._new_routes = self._new_routes, None
+                self._reroute(conn, *routes)
 
-    def _change(self, conn, change) -> None:
-        self.sc = self.sc.with_class_change(change.class_name, change.field, change.value)
+    @set_ev_cls(EventRoutesChanged)
+    def routes_changed(self, ev):
+        # handed to the thread that owns the agent's socket; a newer change replaces an older one
+        self._new_routes = (ev.routes, ev.down_links)
+        self.event_log.write("qos_routes_heard", down_links=list(ev.down_links))
+
+    def _reroute(self, conn, routes, down_links) -> None:
+        self.table = routes
+        if self.policy is None:
+            return   # the agent has not connected: its first policy will use these routes
         new = qos.policy(self.sc, self.fabric, self.table)
+        self._send_changes(conn, new)
+        self.event_log.write("qos_routes_changed", down_links=list(down_links),
+                             pause_map_changed=new["pause_map"] != self._sent_pause_map,
+                             lossless_queues=len(new["pause_map"]))
+        self._sent_pause_map = new["pause_map"]
+
+    def _send_changes(self, conn, new: dict) -> int:
+        """What differs from the policy the agent has, as one update; how many queues changed."""
         changed = {k: v for k, v in new["queues"].items() if self.policy["queues"].get(k) != v}
         msg = {"type": "update", "queues": changed}
         if new["pause_map"] != self.policy["pause_map"]:
@@ -97,6 +124,12 @@ class QosPolicy(app_manager.OSKenApp):
         if new["ingress"] != self.policy["ingress"]:
             msg["ingress"] = new["ingress"]  # whole: the agent replaces its ingress thresholds
         self.policy = new
-        self._send(conn, msg)
+        if changed or len(msg) > 2:
+            self._send(conn, msg)
+        return len(changed)
+
+    def _change(self, conn, change) -> None:
+        self.sc = self.sc.with_class_change(change.class_name, change.field, change.value)
+        changed = self._send_changes(conn, qos.policy(self.sc, self.fabric, self.table))
         self.event_log.write("qos_policy_changed", class_name=change.class_name, field=change.field,
-                             value=change.value, queues_changed=len(changed))
+                             value=change.value, queues_changed=changed)

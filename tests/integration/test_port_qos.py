@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from testbed import qos
+from testbed.routing import compute_routes
 from testbed.scenario import build_fabric, load_scenario
 
 from helpers import ROOT, assert_ran, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
@@ -69,13 +71,15 @@ def test_incast_ecn_marks_by_the_profile_on_the_congested_port_only(tmp_path):
     assert len(port) >= 200 and q["telemetry"]["rows"] >= len(port)
 
 
-def run_variant(tmp_path, base, extra_toml):
-    """Run a shipped scenario with tables appended to its file (faults, policy changes)."""
+def run_variant(tmp_path, base, extra_toml, *sets):
+    """Run a shipped scenario with tables appended to its file (faults, policy changes), and --set
+    overrides."""
     scenarios = tmp_path / "scenarios"
     scenarios.mkdir()
     name = f"{base}-variant"
     (scenarios / f"{name}.toml").write_text((ROOT / "scenarios" / f"{base}.toml").read_text() + "\n" + extra_toml)
-    out = subprocess.run(cli_argv("run", name), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    args = [a for s in sets for a in ("--set", s)]
+    out = subprocess.run(cli_argv("run", name, *args), cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**env_with_results(tmp_path), "TESTBED_SCENARIO_DIR": str(scenarios)})
     return out, run_dirs(tmp_path)[-1]
 
@@ -258,6 +262,33 @@ def test_pfc_pauses_follow_a_reroute(tmp_path):
     assert pfc["pauses"] == pfc["resumes"]
     for row in json.loads((run_dir / "raw" / "agent.json").read_text())["ingress_end"]:
         assert row["in_bytes"] == row["out_bytes"] + row["lost_bytes"], row
+
+
+def test_the_qos_app_hears_of_a_reroute_and_pauses_by_the_new_routes(tmp_path):
+    # The same failure under the egress rule, whose pause map comes from the routes: the routing
+    # app publishes the reroute (an os-ken event), the QoS app sends the agent the pause map the
+    # new routes make, and every pause after that is one the new routes call for
+    fault = '[[faults]]\nat_s = 0.1\naction = "link_down"\nlink = "a0_0-c0_0"\n'
+    out, run_dir = run_variant(tmp_path, "incast-fattree-pfc", fault, "qos.pfc_accounting=egress")
+    assert out.returncode in (0, 1, 4), out.stdout + out.stderr
+    ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
+    (changed,) = [e for e in ctl if e["event"] == "qos_routes_changed" and e["down_links"] == ["a0_0-c0_0"]]
+    assert changed["pause_map_changed"]
+    sc = load_scenario("incast-fattree-pfc", ["qos.pfc_accounting=egress"])
+    fabric = build_fabric(sc.fabric)
+    old = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))["pause_map"]
+    new = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing,
+                                                frozenset({fabric.link_by_name("a0_0-c0_0")})))["pause_map"]
+    assert new != old
+    events = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
+    # the agent applied it: an update with a pause map, after the controller sent it
+    assert any(e["event"] == "policy_applied" and e["kind"] == "update" and e["t_ns"] > changed["t_ns"]
+               for e in events), [e for e in events if e["event"] == "policy_applied"]
+    applied = next(e["t_ns"] for e in events if e["event"] == "policy_applied" and e["kind"] == "update"
+                   and e["t_ns"] > changed["t_ns"])
+    after = [e for e in events if e["event"] == "pause" and e["t_ns"] > applied]
+    assert after, "no pause after the reroute"
+    assert all(f"{e['port']}:{e['class']}" in new[f"{e['cause']}:{e['cause_class']}"] for e in after), after
 
 
 def test_a_resumed_port_does_not_release_the_bucket_its_pause_saved_up(tmp_path):

@@ -1,0 +1,35 @@
+"""A copy go-back-N resent and still on its way when the traffic ended is not a loss, and nothing
+else is excused with it (testbed.analysis.resent_in_flight_at_end)."""
+import pandas as pd
+
+from testbed.analysis import resent_in_flight_at_end
+
+MS = 1_000_000
+
+
+def packets(rows):
+    df = pd.DataFrame(rows, columns=["msg", "seq", "retransmit", "tx_ns", "rx_ns"])
+    df["rx_ns"] = df["rx_ns"].astype("Int64")
+    df["latency_ns"] = df["rx_ns"] - df["tx_ns"]
+    return df
+
+
+def test_only_late_resent_copies_of_delivered_data_are_in_flight_at_the_end():
+    end = 1000 * MS
+    df = packets([
+        (0, 0, False, 0, 300 * MS),          # delivered, 300 ms: the longest latency
+        (0, 0, True, 900 * MS, None),        # its resent copy, 100 ms before the end: in flight
+        (0, 1, True, 600 * MS, 800 * MS),    # a resent copy that arrived
+        (0, 1, True, 950 * MS, None),        # and another still on its way: in flight
+        (0, 2, False, 100 * MS, None),       # a first copy lost, its data never delivered: lost
+        (0, 3, False, 50 * MS, 200 * MS),
+        (0, 3, True, 500 * MS, None),        # resent 500 ms before the end, longer than any latency: lost
+        (0, 4, True, 990 * MS, None),        # resent late, but its data never arrived at all: lost
+    ])
+    no_fault = pd.Series(False, index=df.index)
+    assert resent_in_flight_at_end(df, end, no_fault) == 2
+    # around a fault the loss is the fault's, not the end's
+    fault = pd.Series([False, True] + [False] * 6, index=df.index)
+    assert resent_in_flight_at_end(df, end, fault) == 1
+    # nothing lost, or nothing received: nothing to excuse
+    assert resent_in_flight_at_end(df[df["rx_ns"].notna()], end, no_fault[df["rx_ns"].notna()]) == 0
