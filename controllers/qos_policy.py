@@ -124,7 +124,7 @@ class QosPolicy(app_manager.OSKenApp):
         if new["ingress"] != self.policy["ingress"]:
             msg["ingress"] = new["ingress"]  # whole: the agent replaces its ingress thresholds
         self.policy = new
-        if changed or len(msg) > 2:
+        if changed or "pause_map" in msg or "ingress" in msg:
             self._send(conn, msg)
         return len(changed)
 
