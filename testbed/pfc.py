@@ -73,11 +73,12 @@ class PfcState:
                 out.append(Restored(int(row)))
         return out
 
-    def rearm(self, held: np.ndarray) -> np.ndarray:
-        """The rows whose XOFF-crossing stamp may be cleared: lossless, asserting nothing, and back
-        below XON. The data path stamps only a cleared row, so a pause's reaction counts from the
-        row's first crossing since it was last below XON, not from its latest."""
-        return self.lossless & ~self.asserted & (held < self.xon)
+    def rearm(self, held: np.ndarray, cross_ns: np.ndarray, read_ns: int) -> np.ndarray:
+        """The rows whose XOFF-crossing stamp to clear: lossless, asserting nothing, below XON when
+        held was read (at read_ns), and stamped before then. The data path stamps only a cleared
+        row, so a pause's reaction counts from the row's first crossing since it was last below
+        XON, not from its latest; a stamp newer than the reading is a crossing since, and stays."""
+        return self.lossless & ~self.asserted & (held < self.xon) & (cross_ns != 0) & (cross_ns < read_ns)
 
     def watchdog(self, leaf: int) -> list[Resume]:
         """The watchdog fired on a leaf paused too long: every row pausing it is ignored until it

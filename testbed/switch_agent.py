@@ -639,6 +639,7 @@ class Agent:
         self._last_look = now
         self._blind_max_ns = max(self._blind_max_ns, blind)
         self._blind_over_ms += blind > 1_000_000
+        read_ns = time.monotonic_ns()   # the data path stamps with the same clock
         if self.rule == "ingress":
             rows, level = self._ing, self.held(self._ing)
             np.maximum(self.max_held, level, out=self.max_held)
@@ -646,7 +647,10 @@ class Agent:
             rows, level = self._view, self._view["depth_bytes"].astype(np.int64)
         cross = rows["xoff_cross_ns"]
         self.carry_out(self.pfc.look(level, cross))
-        cross[self.pfc.rearm(level) & (cross != 0)] = 0
+        # Only a stamp from before this look's reading: carrying out its pauses takes a while, and
+        # a row below XON then may have crossed XOFF since (a CI run lost such stamps, and its
+        # pauses then had no reaction time)
+        cross[self.pfc.rearm(level, cross, read_ns)] = 0
 
     def _chore_control(self, now: int) -> None:
         """Deadlocks, the watchdog, the controller's messages, and telling it the traffic started."""

@@ -68,12 +68,15 @@ def test_a_rows_crossing_stamp_is_rearmed_only_once_it_is_back_below_xon_and_rel
     # pause's reaction time counts from
     st = state({0: [10], 1: [11]}, rows=3)
     held = lambda *h: np.array(h, np.int64)
-    # row 0 between XON and XOFF (may have crossed and dipped back): kept; row 1 below XON: cleared;
-    # row 2 is not lossless in this state's feeders but has thresholds, so it counts as lossless
-    assert st.rearm(held(60 * KB, 10 * KB, 10 * KB)).tolist() == [False, True, True]
+    stamped = np.array([5, 5, 5], np.uint64)
+    # row 0 between XON and XOFF (may have crossed and dipped back): kept; rows 1 and 2 below XON
+    assert st.rearm(held(60 * KB, 10 * KB, 10 * KB), stamped, 100).tolist() == [False, True, True]
     look(st, 100 * KB, 0, 0)
-    assert st.rearm(held(10 * KB, 0, 0)).tolist() == [False, True, True]   # still asserted: its pause stands
-    look(st, 10 * KB, 0, 0)                                                    # released at XON
-    assert st.rearm(held(10 * KB, 0, 0)).tolist() == [True, True, True]
-    st.set_thresholds(np.zeros(3, np.uint64), np.zeros(3, np.uint64))        # nothing lossless
-    assert not st.rearm(held(0, 0, 0)).any()
+    assert st.rearm(held(10 * KB, 0, 0), stamped, 100).tolist() == [False, True, True]   # asserted: its pause stands
+    look(st, 10 * KB, 0, 0)                                                               # released at XON
+    assert st.rearm(held(10 * KB, 0, 0), stamped, 100).tolist() == [True, True, True]
+    # nothing to clear where nothing was stamped, nor a stamp newer than the reading: the row
+    # crossed XOFF while the agent was carrying out the look's pauses
+    assert st.rearm(held(0, 0, 0), np.array([0, 100, 150], np.uint64), 100).tolist() == [False, False, False]
+    st.set_thresholds(np.zeros(3, np.uint64), np.zeros(3, np.uint64))                   # nothing lossless
+    assert not st.rearm(held(0, 0, 0), stamped, 100).any()
