@@ -1,5 +1,5 @@
 """docs/scenario-reference.md is what `make docs` writes from the field declarations: a field added,
-renamed or re-documented in testbed/scenario.py without regenerating it fails here."""
+renamed or re-documented in testbed/scenario/schema.py without regenerating it fails here."""
 import dataclasses
 
 from testbed import scenario as S
