@@ -15,14 +15,14 @@ setup: host venv bpf nic
 # multiarch include dir holds the kernel UAPI headers' asm/ for this machine.
 BPF_OBJ := build/port_qos.bpf.o
 bpf: $(BPF_OBJ)
-$(BPF_OBJ): testbed/bpf/port_qos.bpf.c | host
+$(BPF_OBJ): testbed/fabric/bpf/port_qos.bpf.c | host
 	@mkdir -p build
 	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) -c $< -o $@
 
-# The NIC data plane (testbed/nic/nicdp.c), loaded by the engine and the unit tests with ctypes.
+# The NIC data plane (testbed/traffic/nic/nicdp.c), loaded by the engine and the unit tests with ctypes.
 NIC_LIB := build/libnicdp.so
 nic: $(NIC_LIB)
-$(NIC_LIB): testbed/nic/nicdp.c | host
+$(NIC_LIB): testbed/traffic/nic/nicdp.c | host
 	@mkdir -p build
 	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter -shared -fPIC -o $@ $< -lz
 

@@ -35,10 +35,11 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import agent_speed, scenarios
-from testbed import probe
+from testbed.run import probe
 from testbed.errors import Busy, InputError, RunFailed
-from testbed.packets import HEADER_BYTES
-from testbed.runstate import RunLock
+from testbed.traffic.packets import HEADER_BYTES
+from testbed.run.state import RunLock
+from testbed.runfolder import RunFolder
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 BENCHES = ("capacity", "collective", "agent", "bringup", "telemetry", "flagship")
@@ -166,7 +167,7 @@ def bringup(quick: bool) -> dict:
 def flagship_row(run_dir: Path, s: dict) -> dict:
     f, c = s["fidelity"], s["collective"]
     lat = s["latency_us"]
-    eng = json.loads((run_dir / "raw" / "engine.json").read_text())
+    eng = json.loads(RunFolder(run_dir).engine_stats.read_text())
     dur = (eng["end_ns"] - eng["start_ns"]) / 1e9
     data = s["packets"]["sent"]
     busy = f.get("machine_busy_fraction")

@@ -1,6 +1,6 @@
 """Traffic agent speed, without Open vSwitch in the way: two namespaces joined by one veth pair.
 
-- the real engine (python -m testbed.engine, the compiled data plane) carrying one queue pair
+- the real engine (python -m testbed.traffic.engine, the compiled data plane) carrying one queue pair
   across the pair, the sending veth shaped by HTB at rising rates as a host NIC is; the lossless
   rate is the highest at which every packet arrived, the receive socket dropped nothing and the
   NIC's lead never ran dry in more than 1% of the time. Its packets per second per core (data
@@ -20,9 +20,10 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from testbed.netns import netns_of
-from testbed.packets import DataTemplate, HEADER_BYTES
-from testbed.procs import ManagedProcess, wait_until
+from testbed.run.netns import netns_of
+from testbed.traffic.packets import DataTemplate, HEADER_BYTES
+from testbed.run.procs import ManagedProcess, wait_until
+from testbed.runfolder import RunFolder
 from testbed.scenario import DcqcnSpec, TransportSpec
 
 PAYLOAD = 4096
@@ -116,7 +117,8 @@ def engine_run(pair: VethPair, workdir: Path, rate_bps: float, seconds: float) -
     """The real engine carrying one queue pair from namespace 0 to 1 at rate_bps for about
     `seconds`; its own counters."""
     out = workdir / f"engine-{rate_bps / 1e6:.0f}"
-    (out / "raw").mkdir(parents=True, exist_ok=True)
+    rf = RunFolder(out)
+    rf.raw.mkdir(parents=True, exist_ok=True)
     frame = PAYLOAD + HEADER_BYTES
     nbytes = int(rate_bps / 8 * seconds * PAYLOAD / frame) // PAYLOAD * PAYLOAD
     pair.shape(rate_bps, 2 * frame)
@@ -130,13 +132,13 @@ def engine_run(pair: VethPair, workdir: Path, rate_bps: float, seconds: float) -
             "flows": [{"id": 0, "src": "h0", "dst": "h1", "tag": "collective", "dscp": 26, "ect": True,
                        "class": 0}],
             "messages": [[0, 0, nbytes, [], 0]]}
-    (out / "raw" / "plan.json").write_text(json.dumps(plan))
-    eng = ManagedProcess("engine", [sys.executable, "-m", "testbed.engine", str(out / "raw" / "plan.json")],
+    rf.engine_plan.write_text(json.dumps(plan))
+    eng = ManagedProcess("engine", [sys.executable, "-m", "testbed.traffic.engine", str(rf.engine_plan)],
                          out / "engine.log", cwd=str(Path(__file__).resolve().parent.parent))
     with eng:
         wait_until(lambda: eng.proc.poll() is not None, seconds * 10 + 30, "the engine to finish", poll_s=0.05)
-    stats = json.loads((out / "raw" / "engine.json").read_text())
-    msgs = json.loads((out / "raw" / "messages.json").read_text())
+    stats = json.loads(rf.engine_stats.read_text())
+    msgs = json.loads(rf.message_times.read_text())
     dur = (stats["end_ns"] - stats["start_ns"]) / 1e9
     tx, rx = stats["hosts"][0], stats["hosts"][1]
     data_pkts = msgs["packets"][0]

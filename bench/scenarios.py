@@ -5,7 +5,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from testbed import analysis, runner
+from testbed.analysis import summary as analysis
+
+from testbed.run import runner
 from testbed.scenario import Scenario, load_document, load_scenario
 
 HERE = Path(__file__).resolve().parent

@@ -1,7 +1,7 @@
 """Proactive routing: every route of the fabric installed when a switch connects, rerouted
 when a link fails.
 
-Routes come from testbed.routing (dimension-order on a torus, optionally with the dateline
+Routes come from testbed.fabric.routing (dimension-order on a torus, optionally with the dateline
 virtual channels; ECMP select groups hashing the 5-tuple, or single shortest paths elsewhere),
 rules from controllers.rules, for IPv4 and ARP, with no flooding and no packet-in. A barrier
 per switch confirms its routes are in; when every switch has confirmed, the app logs
@@ -29,9 +29,9 @@ from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 from controllers.flows import (add_select_group, barrier, delete_flows, delete_groups, install_ingress_tags,
                                install_rule)
 from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for
-from testbed.qos import switch_port_slots
+from testbed.fabric.qos import switch_port_slots
 from controllers.route_events import EventRoutesChanged
-from testbed.routing import compute_routes
+from testbed.fabric.routing import compute_routes
 
 
 def logged_errors(handler):

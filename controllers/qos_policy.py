@@ -1,9 +1,9 @@
 """Port QoS policy: the controller's side of priority queuing, ECN and PFC.
 
 The switches' fast loops (per-packet marking, XOFF/XON within a millisecond) run in the data
-path and the switch agent (testbed/switch_agent.py); this app owns what they do. When the agent
+path and the switch agent (testbed/fabric/agent.py); this app owns what they do. When the agent
 connects (a Unix socket in the abstract namespace, name from --param agent_socket), the app
-computes the policy from the scenario's classes and the routes (testbed.qos.policy: DSCP map,
+computes the policy from the scenario's classes and the routes (testbed.fabric.qos.policy: DSCP map,
 per-queue buffers, ECN profiles, the PFC rule, XOFF/XON, the pause map) and sends it. It hears of
 every reroute from the routing app (controllers.route_events.EventRoutesChanged) and sends the
 agent the pause map the new routes make (under the egress rule; the ingress rule's pauses do not
@@ -27,8 +27,8 @@ from os_ken.base import app_manager
 from os_ken.controller.handler import set_ev_cls
 
 from controllers.route_events import EventRoutesChanged
-from testbed import qos
-from testbed.routing import compute_routes
+from testbed.fabric import qos
+from testbed.fabric.routing import compute_routes
 from testbed.scenario import Scenario
 
 ACCEPT_TIMEOUT_S = 600.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from os_ken.controller import event
 
-from testbed.routing import RouteTable
+from testbed.fabric.routing import RouteTable
 
 
 class EventRoutesChanged(event.EventBase):

@@ -4,20 +4,20 @@ without a switch. The apps turn them into OpenFlow messages (controllers/flows.p
 Per destination host, a switch gets one IPv4 and one ARP rule toward its next hop(s); several
 next hops become an ECMP select group. With the torus dateline on, the lossless classes get
 extra rules that carry the virtual channel in the DSCP (class DSCP on channel 0, its channel-1
-DSCP after a dateline), decided by testbed.routing.next_vc.
+DSCP after a dateline), decided by testbed.fabric.routing.next_vc.
 
 Under PFC's ingress rule every switch first tags each IPv4 frame with where it entered
 (ingress_tags): the Ethernet source becomes TAG_MAC0:TAG_MAC1, the ingress port's slot in the port
 program's maps, 0, and the frame's DSCP as it arrived (before any dateline rewrite); the routes
 then live in ROUTE_TABLE. The egress port's program reads the tag and puts the source back
-(testbed/bpf/port_qos.bpf.c), so no tagged frame leaves a switch.
+(testbed/fabric/bpf/port_qos.bpf.c), so no tagged frame leaves a switch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.qos import switch_port_slots
-from testbed.routing import RouteTable, next_vc
+from testbed.fabric.qos import switch_port_slots
+from testbed.fabric.routing import RouteTable, next_vc
 from topologies.model import Fabric
 
 ETH_TYPE_IPV4 = 0x0800
@@ -26,7 +26,7 @@ ROUTE_PRIORITY = 100
 VC_PRIORITY = 110
 VC_IN_PORT_PRIORITY = 120
 TAG_PRIORITY = 10
-TAG_MAC0, TAG_MAC1 = 0x7E, 0xCC  # testbed/bpf/port_qos.bpf.c
+TAG_MAC0, TAG_MAC1 = 0x7E, 0xCC  # testbed/fabric/bpf/port_qos.bpf.c
 TAG_TABLE, ROUTE_TABLE = 0, 1
 
 
@@ -46,7 +46,7 @@ class IngressTag:
 
 
 def ingress_tags(fabric: Fabric, switch: str, slots: dict[tuple[str, int], int] | None = None) -> list[IngressTag]:
-    """One tag rule per port of ``switch``: its slot (testbed.qos.switch_port_slots, computed once
+    """One tag rule per port of ``switch``: its slot (testbed.fabric.qos.switch_port_slots, computed once
     by a caller tagging every switch) in the source."""
     slots = slots or switch_port_slots(fabric)
     return [IngressTag(port, f"{TAG_MAC0:02x}:{TAG_MAC1:02x}:{slots[(switch, port)] >> 8:02x}:"

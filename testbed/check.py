@@ -10,11 +10,15 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from testbed import bpfmaps, probe, qos
-from testbed.bounds import planned_bound
-from testbed.routing import compute_routes
+from testbed.fabric import bpfmaps
+
+from testbed.run import probe
+
+from testbed.fabric import qos
+from testbed.analysis.bounds import planned_bound
+from testbed.fabric.routing import compute_routes
 from testbed.scenario import Scenario, build_fabric
-from testbed.workload import build_messages
+from testbed.traffic.workload import build_messages
 
 CHECK_VERSION = 1
 RPS_PROBE = Path("/sys/class/net/lo/queues/rx-0/rps_cpus")

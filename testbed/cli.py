@@ -16,135 +16,27 @@ from rich.table import Table
 import signal
 
 from testbed.errors import Busy, InputError, RunFailed, Terminated, raise_terminated
+from testbed.runfolder import RunFolder
 
 # Logs and CI capture output without a terminal, where rich would fold tables at 80 columns.
 console = Console(stderr=False, width=None if sys.stdout.isatty() else 140)
 
 
-def _fmt(v, spec="{:.3f}"):
-    return "-" if v is None else spec.format(v)
-
-
 def print_summary(s: dict, run_dir: Path) -> None:
-    a, lat, p, fid = s["collective"], s["latency_us"], s["packets"], s["fidelity"]
-    t = Table(title=f"{s['scenario']}: {a['algorithm']}, {a['ranks']} ranks, "
-                    f"{a['bytes_per_rank'] / 2**20:g} MiB per rank, {a['link_bw_mbps']:g} Mb/s links")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    t.add_row("time per iteration (s)", ", ".join(_fmt(x) for x in a["time_s"]))
-    t.add_row(f"analytical bound {a['bound_formula']} (s)", _fmt(a["bound_s"]))
-    t.add_row("bound / measured (mean, min)", f"{_fmt(a['bound_ratio'])}, {_fmt(a['bound_ratio_min'])}")
-    t.add_row("bus bandwidth (Mb/s)", _fmt(a["busbw_mbps"], "{:.1f}"))
-    colls = a.get("collectives", [])
-    for c in colls[:6]:
-        t.add_row(f"  {c['name']} (s)", ", ".join(_fmt(x) for x in c["time_s"]))
-    if len(colls) > 6:
-        t.add_row(f"  ... {len(colls) - 6} more collectives", "summary.json")
-    for name, spans in a.get("phases_s", {}).items():
-        t.add_row(f"  phase {name} (s)", ", ".join(_fmt(x) for x in spans))
-    t.add_row("one-way latency p50 / p99 / max (us)",
-              " / ".join(_fmt(lat[k], "{:.0f}") for k in ("p50", "p99", "max")))
-    t.add_row("goodput, all ranks (Mb/s)", _fmt(s["goodput"]["aggregate_mbps"], "{:.1f}"))
-    t.add_row("packets sent / received / lost", f"{p['sent']} / {p['received']} / {p['lost']}")
-    t.add_row("routes ready after (s)", _fmt(s["timings_s"].get("routes_ready"), "{:.2f}"))
-    t.add_row("machine busy / ovs-vswitchd cores",
-              f"{_fmt(fid['machine_busy_fraction'], '{:.0%}')} / "
-              f"{_fmt(fid['cores_used'].get('ovs-vswitchd'), '{:.2f}')}")
-    lf = fid.get("links")
-    if lf and lf["busy_links"]:
-        t.add_row(f"links drained at rate (worst / all, {lf['busy_links']} busy, "
-                  f"{'/'.join(f'{w:.1f}' for w in lf['window_ms'])} ms windows)",
-                  f"{lf['worst_share']:.1%} / {lf['overall_share']:.1%}")
-    t.add_row("fidelity", fid["verdict"] + (f" ({'; '.join(fid['notes'])})" if fid["notes"] else ""))
-    if s.get("fct_slowdown", {}).get("all", {}).get("messages"):
-        sd = s["fct_slowdown"]["all"]
-        t.add_row("message FCT slowdown p50 / p99", f"{sd['p50']:.2f} / {sd['p99']:.2f}")
-    t.add_row("datapath", s["mechanisms"]["datapath"])
-    q = s.get("qos")
-    if q:
-        busiest = q["queues"]["busiest"][0] if q["queues"]["busiest"] else None
-        if busiest:
-            t.add_row("deepest queue (bytes)", f"{busiest['max_depth_bytes']} on {busiest['port']} class {busiest['class']}")
-        t.add_row("port buffer drops", str(q["queues"]["buffer_drops"]))
-        t.add_row("ECN marked / ECT packets (summed over ports)", f"{q['ecn']['marked']} / {q['ecn']['ect_packets']}")
-        pfc = q["pfc"]
-        react = pfc["reaction_us"]
-        t.add_row(f"PFC pauses (ports), {pfc.get('accounting', 'egress')} rule / reaction p50, p99, max (us)",
-                  f"{pfc['pauses']} ({pfc['paused_ports']}) / {_fmt(react['p50'], '{:.0f}')}, "
-                  f"{_fmt(react['p99'], '{:.0f}')}, {_fmt(react['max'], '{:.0f}')}")
-        if react.get("allowance"):
-            over = pfc.get("headroom_overruns") or []
-            t.add_row("PFC headroom: reaction allowed (us) / pauses later / rows past headroom (late)",
-                      f"{react['allowance']:.0f} / {react['over_allowance']} / "
-                      f"{len(over)} ({sum(r['late'] for r in over)})")
-        ing = pfc.get("ingress")
-        if ing and ing["busiest"]:
-            top = ing["busiest"][0]
-            t.add_row("PFC ingress: most held (bytes) / its XOFF / write-offs",
-                      f"{top['max_held_bytes']} on {top['port']} class {top['class']} / {top.get('xoff_bytes', '-')} / "
-                      f"{ing['resyncs']}")
-        ib = q.get("ovs_input_backlog")
-        if ib and ib["samples"]:
-            t.add_row("OVS input backlog: max (KiB) / samples over "
-                      f"{ib['busy_threshold_bytes'] // 1024} KiB",
-                      f"{ib['max_bytes'] // 1024} / {ib['busy_samples'] / ib['samples']:.1%}")
-        tel = q["telemetry"]
-        t.add_row("telemetry rate (Hz) / agent cores", f"{tel['achieved_hz']:.0f} / {tel['agent_cores']:.2f}")
-    tr = s.get("transport")
-    if tr:
-        cc = tr["cc"]
-        if tr["dcqcn"]:
-            d = tr["dcqcn"]
-            cc += f" ({d['time_scale']:g}x time-dilated: CNP interval {d['cnp_interval_ns'] / 1e6:g} ms)"
-        t.add_row("congestion control", cc)
-        td = s.get("time_dilation") or {}
-        if td.get("dilated_reference_rtt_us") and td.get("fabric_base_rtt_us"):
-            t.add_row("base RTT: dilated reference / emulated fabric (us)",
-                      f"{td['dilated_reference_rtt_us']:.0f} / {td['fabric_base_rtt_us']:.0f}")
-        t.add_row("CNPs sent / rate cuts", f"{tr['cnps_sent']} / {tr['rate_cuts']}")
-        t.add_row("retransmitted (packets / KiB) / NAKs / timeouts",
-                  f"{tr['retransmitted_packets']} / {tr['retransmitted_bytes'] // 1024} / {tr['naks']} / "
-                  f"{tr['timeouts']}")
-        st = tr["steady_state"]
-        if st:
-            t.add_row(f"steady state ({st['duration_s']:.2f} s): Jain index / total Mb/s",
-                      f"{_fmt(st['jain_index'])} / {st['total_mbps']:.1f}")
-            bq = st["bottleneck_queue"]
-            if bq:
-                t.add_row(f"  {bq['port']} {bq['class_name']} queue p50 / p99 / run max (KB)",
-                          f"{bq['p50_bytes'] / 1e3:.0f} / {bq['p99_bytes'] / 1e3:.0f} / {bq['run_max_bytes'] / 1e3:.0f}")
-        ag = tr["agents"]
-        t.add_row("engine: packets/s (busiest host) / cores vs ovs-vswitchd",
-                  f"{ag['packets_per_s']:.0f} ({ag['max_host_pps']:.0f}) / "
-                  f"{_fmt(ag['engine_cores'], '{:.2f}')} vs {_fmt(ag['ovs_vswitchd_cores'], '{:.2f}')}")
-    for b in s.get("background", []):
-        t.add_row(f"{b['tag']} {b['src']}->{b['dst']} FCT (s) / slowdown",
-                  f"{_fmt(b['fct_s'])} / {_fmt(b['slowdown'], '{:.2f}')}")
-    console.print(t)
-    if s.get("expectations"):
-        e = Table(title="expectations")
-        for col in ("metric", "expected", "actual", "verdict"):
-            e.add_column(col)
-        for x in s["expectations"]:
-            e.add_row(x["metric"], f"{x['op']} {x['expected']}", str(x["actual"]),
-                      "[green]ok[/]" if x["ok"] else f"[bold red]FAILED[/] {x['why']}" if x["ok"] is False
-                      else f"[yellow]not judged[/] {x['why']}")
-        console.print(e)
-    if s["status"] == "deadlock":
-        cycle = " -> ".join(f"{m['port']}[{m['class']}]" for m in q["pfc"]["deadlock"]["cycle"])
-        console.print(f"[bold red]DEADLOCK[/]: PFC pauses formed a cycle that stopped all progress: {cycle}")
-    if (s.get("time_dilation") or {}).get("warning"):
-        console.print(f"[yellow]time dilation[/]: {s['time_dilation']['warning']}")
-    print_fidelity(fid)
+    """The run's document (testbed.analysis.document, the report's own), then its verdicts."""
+    from testbed.analysis.document import blocks, to_console
+    rf = RunFolder(run_dir)
+    to_console(blocks(s), console)
+    console.print()
+    print_fidelity(s["fidelity"])
     if s["problems"]:
         console.print(f"[bold red]FAILED[/]: {'; '.join(s['problems'])}")
-    elif not fid["valid"]:
+    elif not s["fidelity"]["valid"]:
         console.print("[bold yellow]INCONCLUSIVE[/]: nothing failed, but this run is no result: the emulation "
                       "did not run the configured fabric faithfully (exit 4)")
     else:
         console.print("[bold green]OK[/]")
-    console.print(f"results: {run_dir}" + (f" (report: {run_dir / 'report.html'})"
-                                          if (run_dir / "report.html").exists() else ""))
+    console.print(f"results: {run_dir}" + (f" (report: {rf.report_html})" if rf.report_html.exists() else ""))
 
 
 def print_fidelity(fid: dict) -> None:
@@ -196,7 +88,7 @@ class TrafficProgress:
 
 
 def run_with_progress(sc):
-    from testbed import runner
+    from testbed.run import runner
     shown = TrafficProgress() if console.is_terminal else None
     try:
         return runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"), progress=shown)
@@ -206,7 +98,7 @@ def run_with_progress(sc):
 
 
 def cmd_run(args) -> int:
-    from testbed import analysis
+    from testbed.analysis import summary as analysis
     from testbed.scenario import load_scenario
     sc = load_scenario(args.name, args.set)
     if os.geteuid() != 0:
@@ -219,9 +111,9 @@ def cmd_run(args) -> int:
 
 def _run_dir(target: str) -> Path:
     """A run folder, or a scenario name for its latest run under results/."""
-    from testbed.runner import RESULTS_DIR
+    from testbed.run.runner import RESULTS_DIR
     run_dir = Path(target)
-    if (run_dir / "manifest.json").is_file():
+    if RunFolder(run_dir).manifest.is_file():
         return run_dir
     runs = sorted(p.parent for p in (RESULTS_DIR / target).glob("*/manifest.json")) if "/" not in target else []
     if not runs:
@@ -231,7 +123,7 @@ def _run_dir(target: str) -> Path:
 
 
 def cmd_analyze(args) -> int:
-    from testbed import analysis
+    from testbed.analysis import summary as analysis
     run_dir = _run_dir(args.run)
     summary = analysis.analyze(run_dir)
     print_summary(summary, run_dir)
@@ -239,7 +131,7 @@ def cmd_analyze(args) -> int:
 
 
 def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
-    from testbed import analysis
+    from testbed.analysis import summary as analysis
     from testbed.scenario import load_scenario
     sc = load_scenario(name, sets)
     if os.geteuid() != 0:
@@ -261,14 +153,16 @@ def _run_faithfully(name: str, sets: list[str]) -> tuple[Path, dict]:
 
 
 def cmd_baseline(args) -> int:
-    from testbed import analysis, limits, regress
+    from testbed.analysis import summary as analysis
+    from testbed.regress import limits
+    from testbed.regress import baselines as regress
     from testbed.scenario import load_scenario
     sc = load_scenario(args.name)
     if args.run:
         run_dir = _run_dir(args.run)
         summary = analysis.analyze(run_dir)
     else:
-        from testbed.probe import git_commit
+        from testbed.run.probe import git_commit
         why = regress.unrecordable(git_commit())
         if why:  # before anything runs
             raise RunFailed(f"baselines are recorded only from a clean tree: {why}")
@@ -299,8 +193,9 @@ def cmd_regress(args) -> int:
     """Run each regression scenario, check its expectations and compare it with its baseline; a
     run whose fidelity fails is run once more, and is inconclusive, never a pass, if it fails
     again. A broken policy metric (marks, pauses, drops, losses, status) is a regression even then;
-    a slower time or a longer queue on such a run is inconclusive (testbed.regress.verdict)."""
-    from testbed import limits, regress
+    a slower time or a longer queue on such a run is inconclusive (testbed.regress.baselines.verdict)."""
+    from testbed.regress import limits
+    from testbed.regress import baselines as regress
     from testbed.scenario import load_scenario
     names = args.names or regress.suite()
     scenarios = {n: load_scenario(n, args.set) for n in names}  # bad input before anything runs
@@ -353,8 +248,8 @@ def cmd_regress(args) -> int:
 
 def cmd_spread(args) -> int:
     """A scenario's run-to-run spread over its stored runs, and the [[tolerance]] tables it gives."""
-    from testbed import regress
-    from testbed.runner import RESULTS_DIR
+    from testbed.regress import baselines as regress
+    from testbed.run.runner import RESULTS_DIR
     from testbed.scenario import load_scenario
     load_scenario(args.name)
     roots = [Path(r) for r in args.runs] or [RESULTS_DIR / args.name]
@@ -426,7 +321,7 @@ def cmd_reference(args) -> int:
 
 
 def cmd_clean(_args) -> int:
-    from testbed.runstate import RunLock, clean_stale
+    from testbed.run.state import RunLock, clean_stale
     with RunLock("clean", "testbed clean"):
         removed = clean_stale(log=console.print)
     console.print(f"removed {len(removed)} objects left by dead runs" if removed else "nothing to clean")

@@ -1,4 +1,4 @@
-"""Raw per-packet records written by the NIC data plane (testbed/nic/nicdp.c, whose packed
+"""Raw per-packet records written by the NIC data plane (testbed/traffic/nic/nicdp.c, whose packed
 structs these mirror) during a run, and their readers.
 
 Each file is a flat array of little-endian fixed-size records (numpy dtypes below), written
@@ -101,7 +101,7 @@ QP_EVENT_DTYPE = np.dtype([("t_ns", "<i8"), ("flow", "<u4"), ("kind", "u1"), ("_
                            ("rate_bps", "<f8"), ("target_bps", "<f8"), ("alpha", "<f8")])
 assert QP_EVENT.size == QP_EVENT_DTYPE.itemsize
 NAK_SENT, NAK_RECEIVED, GO_BACK_NAK, GO_BACK_TIMEOUT, CNP_SENT, CNP_RECEIVED = 0, 1, 2, 3, 4, 5
-# 6-9: testbed.transport's RATE_CUT, RATE_FAST_RECOVERY, RATE_ADDITIVE, RATE_HYPER
+# 6-9: testbed.traffic.transport's RATE_CUT, RATE_FAST_RECOVERY, RATE_ADDITIVE, RATE_HYPER
 QP_EVENT_NAMES = {NAK_SENT: "nak_sent", NAK_RECEIVED: "nak_received", GO_BACK_NAK: "go_back_nak",
                   GO_BACK_TIMEOUT: "go_back_timeout", CNP_SENT: "cnp_sent", CNP_RECEIVED: "cnp_received",
                   6: "rate_cut", 7: "rate_fast_recovery", 8: "rate_additive_increase", 9: "rate_hyper_increase"}

@@ -1,19 +1,23 @@
 """docs/scenario-reference.md, generated from the spec() metadata in testbed.scenario: every field
 of a scenario file with its kind, default, range and meaning, so that the one declaration is also
-the one documentation.
+the one documentation. With --write, also docs/summary.schema.json, summary.json's JSON Schema from
+the Summary types (testbed.analysis.summary).
 
     python -m testbed reference [--write]      (make docs)
 
-tests/unit/test_reference.py fails when the committed file is not what this writes.
+tests/unit/test_reference.py and test_summary_schema.py fail when a committed file is not what
+this writes.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from testbed import scenario as S
+from testbed.paths import PROJECT_ROOT
 
-REFERENCE_PATH = Path(__file__).resolve().parent.parent / "docs" / "scenario-reference.md"
+REFERENCE_PATH = PROJECT_ROOT / "docs" / "scenario-reference.md"
 
 # the arrays of tables a scenario may hold, in the order a scenario file usually has them
 ARRAYS = {"classes": S.ClassSpec, "policy_changes": S.PolicyChangeSpec, "faults": S.FaultSpec,
@@ -110,12 +114,22 @@ def reference_markdown() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def summary_schema_text() -> str:
+    """docs/summary.schema.json: summary.json's JSON Schema, from testbed.analysis.summary's types."""
+    from testbed.analysis.summary import json_schema  # pandas and the analysis, only for this
+    return json.dumps(json_schema(), indent=1) + "\n"
+
+
 def main(argv: list[str]) -> int:
     text = reference_markdown()
     if "--write" in argv:
+        from testbed.analysis.summary import SCHEMA_PATH
         REFERENCE_PATH.parent.mkdir(exist_ok=True)
         REFERENCE_PATH.write_text(text)
         print(f"wrote {REFERENCE_PATH} ({len(text)} bytes)")
+        schema = summary_schema_text()
+        SCHEMA_PATH.write_text(schema)
+        print(f"wrote {SCHEMA_PATH} ({len(schema)} bytes)")
     else:
         print(text, end="")
     return 0

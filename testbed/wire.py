@@ -1,4 +1,4 @@
-"""A RoCEv2 data frame's layout on the wire, as lengths and offsets (testbed.packets builds and
+"""A RoCEv2 data frame's layout on the wire, as lengths and offsets (testbed.traffic.packets builds and
 parses the frames; this module imports nothing, so the scenario checks, the port policy and the
 controller can size frames without loading Scapy)."""
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import InputError
-from testbed.metrics import DERIVED, TRACKED, tolerance_of
+from testbed.regress.metrics import DERIVED, TRACKED, tolerance_of
 from testbed.scenario.schema import (DEFAULT_CLASSES, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION, SECTIONS,
                                      TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ExpectSpec, FaultSpec, PolicyChangeSpec,
                                      Scenario, ToleranceSpec, build_fabric)
 from testbed.units import parse_bytes
 from testbed.wire import HEADER_BYTES
-from testbed.workload import grid_width, trace_messages
+from testbed.traffic.workload import grid_width, trace_messages
 
 SCENARIO_DIR = Path(os.environ.get("TESTBED_SCENARIO_DIR", Path(__file__).resolve().parents[2] / "scenarios"))
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -122,11 +122,11 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     if n_hosts < 2:
         raise InputError(where, "fabric", "a collective needs at least 2 hosts")
     # every link end has a slot of MAX_CLASSES queues in the port program's maps
-    from testbed.bpfmaps import MAX_CLASSES as SLOT_CLASSES, MAX_QUEUES  # noqa: PLC0415
+    from testbed.fabric.bpfmaps import MAX_CLASSES as SLOT_CLASSES, MAX_QUEUES  # noqa: PLC0415
     ports = len(fabric.interfaces())
     if ports > MAX_QUEUES // SLOT_CLASSES:
         raise InputError(where, "fabric", f"{ports} link ends; the port program holds at most "
-                         f"{MAX_QUEUES // SLOT_CLASSES} (testbed/bpf/port_qos.bpf.c MAX_QUEUES)")
+                         f"{MAX_QUEUES // SLOT_CLASSES} (testbed/fabric/bpf/port_qos.bpf.c MAX_QUEUES)")
     if w.type in ("chakra", "simai"):
         trace_messages(sc, [h.name for h in fabric.hosts], where)  # a bad trace file is bad input
     if w.type == "pipeline" and w.pp * w.dp > n_hosts:

@@ -214,10 +214,10 @@ class ClassSpec:
     pfc: bool = spec(False, "lossless: pause upstream senders of this class when qos.pfc is on", "bool")
     xoff_bytes: int = spec(0, "pause upstream when what this class holds reaches this many bytes: per "
                            "(ingress port, class) under qos.pfc_accounting = ingress, per egress queue under "
-                           "egress (0: derived from the buffer and the headroom, testbed/qos.py)", "bytes",
+                           "egress (0: derived from the buffer and the headroom, testbed/fabric/qos.py)", "bytes",
                            0, 64 << 20)
     xon_bytes: int = spec(0, "resume upstream when it falls below this many bytes (0: derived, "
-                          "testbed/qos.py)", "bytes", 0, 64 << 20)
+                          "testbed/fabric/qos.py)", "bytes", 0, 64 << 20)
     headroom_bytes: int = spec(0, "what a paused upstream may still deliver above XOFF while the pause "
                                "takes effect, bytes (0: per upstream port, its rate times the agent's "
                                "reaction time plus the frames its paused shaper and the wire hold)",
@@ -277,7 +277,7 @@ class ExpectSpec:
 
 @dataclass(frozen=True)
 class ToleranceSpec:
-    metric: str = spec("", "a metric the regression baseline tracks (testbed/metrics.py TRACKED), as a "
+    metric: str = spec("", "a metric the regression baseline tracks (testbed/regress/metrics.py TRACKED), as a "
                        "dotted path (e.g. transport.steady_state.bottleneck_queue.p99_bytes)", "str")
     rel: float = spec(0.0, "how far it may move the wrong way from its baseline, relative", "float", 0.0, 100.0)
     abs: float = spec(0.0, "or absolute, whichever is larger", "float", 0.0, 1e15)

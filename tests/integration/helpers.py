@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 from pyroute2 import IPRoute
 
 ROOT = Path(__file__).resolve().parents[2]
+SUMMARY_SCHEMA = json.loads((ROOT / "docs" / "summary.schema.json").read_text())
 SMALL = ["--set", "fabric.dims=[2, 2]", "--set", "workload.bytes_per_rank=256KiB",
          "--set", "workload.iterations=2"]
 
@@ -43,7 +45,10 @@ def run_dirs(results: Path) -> list[Path]:
 
 
 def summary_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    """A run's summary.json, held to its published schema (docs/summary.schema.json) on the way."""
+    s = json.loads((run_dir / "summary.json").read_text())
+    jsonschema.validate(s, SUMMARY_SCHEMA)
+    return s
 
 
 def assert_ran(out: subprocess.CompletedProcess) -> None:

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from helpers import SMALL, assert_ran, run_dirs, run_testbed, summary_of
-from testbed.collectives import SEND_FRACTION
-from testbed.packets import HEADER_BYTES
+from testbed.traffic.collectives import SEND_FRACTION
+from testbed.traffic.packets import HEADER_BYTES
 
 pytestmark = pytest.mark.root
 

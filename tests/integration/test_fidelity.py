@@ -9,7 +9,7 @@ from helpers import ROOT, cli_argv, deep_incast, env_with_results, run_dirs, sum
 pytestmark = pytest.mark.root
 
 BOTTLENECK = "leaf0-eth1"      # the incast's receiver port
-CLASS = "1:1"                  # the port's HTB class at the link's rate (testbed/ports.py)
+CLASS = "1:1"                  # the port's HTB class at the link's rate (testbed/fabric/ports.py)
 SETS = ("--set", "workload.iterations=6")
 
 

@@ -15,9 +15,9 @@ PROBE = r"""
 import json, select, socket
 from pyroute2 import IPRoute
 from scapy.all import IP, UDP, Ether, Raw
-from testbed.engine import DOOR_RCVBUF_BYTES, tap
-from testbed.packets import (MESSAGE_END_FILTER, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE, RC_SEND_ONLY,
-                             AckTemplate, DataTemplate, CnpTemplate)
+from testbed.traffic.engine import DOOR_RCVBUF_BYTES, tap
+from testbed.traffic.packets import (MESSAGE_END_FILTER, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE, RC_SEND_ONLY,
+                                     AckTemplate, DataTemplate, CnpTemplate)
 
 with IPRoute() as ipr:
     ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")

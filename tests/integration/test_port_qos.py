@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed import qos
-from testbed.routing import compute_routes
+from testbed.fabric import qos
+from testbed.fabric.routing import compute_routes
 from testbed.scenario import build_fabric, load_scenario
 
 from helpers import ROOT, assert_ran, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
@@ -200,7 +200,8 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
     late_runs = []
     for attempt in range(3):
         run_dir, s = run_one(tmp_path, "incast-pfc", expect_rc=None)
-        assert s["status"] in ("ok", "inconclusive"), s["expectations"]
+        # drops behind a late pause are the emulator's: not judged, so never a regression
+        assert s["status"] == "ok", (s["problems"], s["expectations"])
         assert_only_late_pauses_overran(s)
         if not late_overruns(s):
             break

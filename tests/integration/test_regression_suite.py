@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from helpers import ROOT, cli_argv, env_with_results
-from testbed.regress import suite
+from testbed.regress.baselines import suite
 
 pytestmark = pytest.mark.root
 

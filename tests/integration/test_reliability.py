@@ -29,7 +29,7 @@ def live_testbed_processes() -> list[str]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "controllers.launcher" in cmd or "testbed.engine" in cmd or "mininet:" in cmd:
+        if "controllers.launcher" in cmd or "testbed.traffic.engine" in cmd or "mininet:" in cmd:
             found.append(cmd)
     return found
 

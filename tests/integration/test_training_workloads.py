@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from helpers import assert_ran, run_dirs, run_testbed, summary_of
-from testbed.packets import HEADER_BYTES
+from testbed.traffic.packets import HEADER_BYTES
 
 pytestmark = pytest.mark.root
 
@@ -21,7 +21,7 @@ def run_one(tmp_path, name, *sets):
     c = s["collective"]
     assert c["iterations_complete"] == c["iterations"] >= 2 and all(t > 0 for t in c["time_s"])
     # a bound is a bound: no iteration beats it by more than the host NIC's shaper burst lets each
-    # transfer on its critical path (at most every transfer) start early (testbed/bounds.py)
+    # transfer on its critical path (at most every transfer) start early (testbed/analysis/bounds.py)
     sc = json.loads((run_dir / "manifest.json").read_text())["scenario"]
     frame_s = (sc["workload"]["payload_bytes"] + HEADER_BYTES) * 8 / (sc["fabric"]["bw_mbps"] * 1e6)
     burst_s = sc["fabric"]["nic_burst_frames"] * frame_s * c["transfers"]

@@ -7,9 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed import analysis, records
-from testbed.flow_analysis import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
-from testbed.report import blocks, to_html, to_markdown
+from testbed import records
+
+from testbed.analysis import tables as analysis
+from testbed.analysis.flows import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
+from testbed.analysis.document import blocks, to_html, to_markdown
+from testbed.runfolder import RunFolder
 
 T0 = 1_000_000_000
 
@@ -53,10 +56,10 @@ CLASSES = class_of_dscp([{"name": "control", "dscp": [46, 48]}, {"name": "roce",
 
 
 def test_packets_and_messages_from_raw_files(raw):
-    msgs = analysis.message_table(raw)
+    msgs = analysis.message_table(RunFolder.of_raw(raw))
     assert list(msgs["complete"]) == [True, True]
     assert list(msgs["duration_ns"]) == [5300, 700] and list(msgs["wc_ns"]) == [6000, 1300]
-    pkts = analysis.packet_table(raw, msgs)
+    pkts = analysis.packet_table(RunFolder.of_raw(raw), msgs)
     analysis.add_wire_times(msgs, pkts)
     # FCT from the wire: first departure to the last packet's arrival; the NIC wait before, apart
     assert list(msgs["fct_ns"]) == [5250, 600] and list(msgs["nic_wait_ns"]) == [50, 100]
@@ -70,8 +73,8 @@ def test_packets_and_messages_from_raw_files(raw):
 
 
 def test_latency_per_flow_and_per_class(raw):
-    msgs = analysis.message_table(raw)
-    pkts = analysis.packet_table(raw, msgs)
+    msgs = analysis.message_table(RunFolder.of_raw(raw))
+    pkts = analysis.packet_table(RunFolder.of_raw(raw), msgs)
     lat = latency_table(pkts, FLOWS, CLASSES)
     f0 = lat[(lat["flow"] == 0)].iloc[0]
     assert (f0["packets"], f0["class"], f0["src"]) == (2, "roce", "h0")
@@ -83,8 +86,8 @@ def test_latency_per_flow_and_per_class(raw):
 
 
 def test_message_completion_against_the_ideal(raw):
-    msgs = analysis.message_table(raw)
-    pkts = analysis.packet_table(raw, msgs)
+    msgs = analysis.message_table(RunFolder.of_raw(raw))
+    pkts = analysis.packet_table(RunFolder.of_raw(raw), msgs)
     analysis.add_wire_times(msgs, pkts)
     bw = 8e9   # a byte per ns
     fct = fct_table(msgs, pkts, FLOWS, bw).set_index("msg")
@@ -139,7 +142,8 @@ def test_report_says_invalid_fidelity_first_and_renders_both_formats(tmp_path):
 
 
 def test_ovs_internal_drops_count_what_its_ports_took_in_and_never_sent_on():
-    from testbed.analysis import link_deltas, ovs_internal_drops
+    from testbed.analysis.losses import ovs_internal_drops
+    from testbed.analysis.tables import link_deltas
     c = lambda rx, tx, txd=0: {"rx_packets": rx, "tx_packets": tx, "rx_dropped": 0, "tx_dropped": txd}
     start = {"s0-eth1": c(10, 5), "s0-eth2": c(3, 3), "h0-eth0": c(5, 10)}
     # during the traffic s0 took in 100 + 50 frames and sent 60 + 70 on: 20 did not leave

@@ -1,12 +1,14 @@
 """Every limit of every committed baseline lies inside what its scenario can physically produce,
-and the sabotaged policies stay caught at it (testbed/limits.py)."""
+and the sabotaged policies stay caught at it (testbed/regress/limits.py)."""
 import copy
 import dataclasses
 
 import pytest
 
-from testbed import limits, regress
-from testbed.regress import BASELINE_DIR, check_expectations, compare, load_baseline
+from testbed.regress import limits
+
+from testbed.regress import baselines as regress
+from testbed.regress.baselines import BASELINE_DIR, check_expectations, compare, load_baseline
 from testbed.scenario import load_scenario
 
 BASELINES = sorted(p.stem for p in BASELINE_DIR.glob("*.json"))

@@ -5,11 +5,11 @@ from graphlib import TopologicalSorter
 
 import pytest
 
-from testbed.bounds import dag_bound, duration_s
-from testbed.collectives import Message
-from testbed.pipeline import PipelineJob, pipeline_step
+from testbed.analysis.bounds import dag_bound, duration_s
+from testbed.traffic.collectives import Message
+from testbed.traffic.pipeline import PipelineJob, pipeline_step
 from testbed.scenario import load_scenario
-from testbed.workload import pipeline_job
+from testbed.traffic.workload import pipeline_job
 
 B = 100e6
 MB = 1_000_000

@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.bounds import planned_bound
-from testbed.collectives import Message
+from testbed.analysis.bounds import planned_bound
+from testbed.traffic.collectives import Message
 
 ROOT = Path(__file__).resolve().parents[2]
 

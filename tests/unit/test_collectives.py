@@ -3,7 +3,7 @@ from collections import Counter
 import networkx as nx
 import pytest
 
-from testbed.collectives import chunk_sizes, ring_allreduce, ring_allreduce_bound_s
+from testbed.traffic.collectives import chunk_sizes, ring_allreduce, ring_allreduce_bound_s
 
 
 @pytest.mark.parametrize("n,size", [(2, 1000), (4, 4096), (16, 4 << 20), (5, 1001)])
@@ -63,8 +63,8 @@ def test_bound_formula():
 
 # -- every algorithm -------------------------------------------------------------------------
 
-from testbed.collectives import (SEND_FRACTION, all_to_all, data_flow, halving_doubling_allreduce,  # noqa: E402
-                                 ring_allgather, ring_reducescatter, torus2d_allreduce)
+from testbed.traffic.collectives import (SEND_FRACTION, all_to_all, data_flow, halving_doubling_allreduce,  # noqa: E402
+                                         ring_allgather, ring_reducescatter, torus2d_allreduce)
 
 
 def grid_of(ranks, xs):

@@ -1,4 +1,4 @@
-"""DCQCN's reaction point, the data plane's own (nicdp.c through testbed.nic.Dcqcn), against the
+"""DCQCN's reaction point, the data plane's own (nicdp.c through testbed.traffic.nic.Dcqcn), against the
 algorithm as HPCC's rdma-hw.cc runs it (shared/REFERENCE.md), and the parameter scaling to an
 emulated link."""
 import dataclasses
@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from testbed.scenario import DcqcnSpec
-from testbed.nic import Dcqcn
-from testbed.transport import RATE_ADDITIVE, RATE_CUT, RATE_FAST_RECOVERY, RATE_HYPER, dcqcn_params
+from testbed.traffic.nic import Dcqcn
+from testbed.traffic.transport import RATE_ADDITIVE, RATE_CUT, RATE_FAST_RECOVERY, RATE_HYPER, dcqcn_params
 
 LINE = 100e6
 

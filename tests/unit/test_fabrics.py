@@ -3,7 +3,7 @@ import itertools
 import networkx as nx
 import pytest
 
-from testbed.routing import channel_dependencies, compute_routes, trace_paths
+from testbed.fabric.routing import channel_dependencies, compute_routes, trace_paths
 from topologies.fattree import fattree
 from topologies.leafspine import leafspine
 from topologies.torus import torus

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from testbed import records
-from testbed.host_analysis import host_fidelity, nic_queue_series, nic_queues
+from testbed.analysis.hosts import host_fidelity, nic_queue_series, nic_queues
+from testbed.runfolder import RunFolder
 
 T0 = 10_000_000_000
 MS = 1_000_000
@@ -57,7 +58,7 @@ def write_gaps(raw, rows):
 
 def judge(raw, h0, rate, pauses=None, ifname=None, frames=None):
     other = line_rate(rate, frames or len(h0), flow=1)
-    return host_fidelity(raw, pd.concat([h0, other], ignore_index=True), plan(rate, ifname), T0, pauses,
+    return host_fidelity(RunFolder.of_raw(raw), pd.concat([h0, other], ignore_index=True), plan(rate, ifname), T0, pauses,
                          frame_bytes=FRAME, burst_bytes=2 * FRAME, tolerance=TOL, min_share=SHARE)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed import link_analysis as la
+from testbed.analysis import links as la
 
 RATE = 100e6          # 12 500 bytes per 1 ms
 FRAME = 4154

@@ -1,8 +1,8 @@
 """A copy go-back-N resent and still on its way when the traffic ended is not a loss, and nothing
-else is excused with it (testbed.analysis.resent_in_flight_at_end)."""
+else is excused with it (testbed.analysis.losses.resent_in_flight_at_end)."""
 import pandas as pd
 
-from testbed.analysis import resent_in_flight_at_end
+from testbed.analysis.losses import resent_in_flight_at_end
 
 MS = 1_000_000
 

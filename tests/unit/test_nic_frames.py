@@ -1,10 +1,10 @@
 """The data plane builds its RoCEv2 frames in C from each flow's Scapy-built headers: they must be
-the frames testbed.packets (Scapy) describes, byte for byte, ICRC included."""
+the frames testbed.traffic.packets (Scapy) describes, byte for byte, ICRC included."""
 import pytest
 
-from testbed import nic
-from testbed.packets import (PAYLOAD_HEADER_LEN, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE, RC_SEND_ONLY,
-                             DataTemplate, dissect)
+from testbed.traffic import nic
+from testbed.traffic.packets import (PAYLOAD_HEADER_LEN, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE, RC_SEND_ONLY,
+                                     DataTemplate, dissect)
 
 ENDS = dict(src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:01:00", src_ip="10.0.0.1", dst_ip="10.0.1.1")
 

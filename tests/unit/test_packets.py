@@ -1,7 +1,7 @@
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 
-from testbed.packets import (ECT0, HEADER_BYTES, ROCE_UDP_PORT, DataTemplate, PayloadStamp, dissect)
+from testbed.traffic.packets import (ECT0, HEADER_BYTES, ROCE_UDP_PORT, DataTemplate, PayloadStamp, dissect)
 
 
 def template(**kw):
@@ -37,7 +37,7 @@ def test_short_payload_template():
 def test_cnp_is_a_rocev2_cnp_with_becn_for_the_senders_queue_pair():
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
-    from testbed.packets import CNP, QPN_BASE, ROCE_UDP_PORT, CnpTemplate
+    from testbed.traffic.packets import CNP, QPN_BASE, ROCE_UDP_PORT, CnpTemplate
     c = CnpTemplate(src_mac="02:00:00:00:00:02", dst_mac="02:00:00:00:00:01", src_ip="10.0.0.2",
                     dst_ip="10.0.0.1", dscp=48, flow=5)
     p = dissect(c.bytes)
@@ -48,8 +48,8 @@ def test_cnp_is_a_rocev2_cnp_with_becn_for_the_senders_queue_pair():
 
 
 def test_a_message_goes_out_as_send_first_middle_last_with_ackreq_on_the_last():
-    from testbed.packets import (ACKREQ, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE, RC_SEND_ONLY,
-                                 PSN_OFF, PSN_STRUCT, send_opcode)
+    from testbed.traffic.packets import (ACKREQ, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_MIDDLE, RC_SEND_ONLY,
+                                         PSN_OFF, PSN_STRUCT, send_opcode)
     assert [send_opcode(s, 4) for s in range(4)] == [RC_SEND_FIRST, RC_SEND_MIDDLE, RC_SEND_MIDDLE, RC_SEND_LAST]
     assert [send_opcode(s, 2) for s in range(2)] == [RC_SEND_FIRST, RC_SEND_LAST]
     assert send_opcode(0, 1) == RC_SEND_ONLY

@@ -1,9 +1,9 @@
-"""PFC's decisions apart from the switch agent's I/O (testbed.pfc): XOFF/XON hysteresis per row, a
+"""PFC's decisions apart from the switch agent's I/O (testbed.fabric.pfc): XOFF/XON hysteresis per row, a
 leaf paused by the first row that asks and resumed by the last, a policy that ends a row's
 losslessness, the watchdog, and the agent's stop."""
 import numpy as np
 
-from testbed.pfc import Pause, PfcState, Restored, Resume
+from testbed.fabric.pfc import Pause, PfcState, Restored, Resume
 
 KB = 1000
 

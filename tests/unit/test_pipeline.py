@@ -1,11 +1,11 @@
-"""1F1B pipeline and hybrid DP x PP schedules (testbed.pipeline)."""
+"""1F1B pipeline and hybrid DP x PP schedules (testbed.traffic.pipeline)."""
 from collections import Counter
 
 import networkx as nx
 import pytest
 
-from testbed.collectives import data_flow
-from testbed.pipeline import PipelineJob, model_bytes, one_f_one_b, pipeline_step
+from testbed.traffic.collectives import data_flow
+from testbed.traffic.pipeline import PipelineJob, model_bytes, one_f_one_b, pipeline_step
 
 
 def job(pp=4, dp=1, m=8):

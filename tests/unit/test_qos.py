@@ -7,9 +7,9 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from testbed import qos
-from testbed.bpfmaps import PROFILE
-from testbed.routing import compute_routes
+from testbed.fabric import qos
+from testbed.fabric.bpfmaps import PROFILE
+from testbed.fabric.routing import compute_routes
 from testbed.scenario import build_fabric, load_scenario
 
 
@@ -241,7 +241,7 @@ def test_scenario_round_trips_through_json_and_policy_changes_are_checked():
 
 
 def test_offload_features_are_those_ethtool_K_turns_off():
-    from testbed.ports import offload_feature
+    from testbed.fabric.ports import offload_feature
     off = ["tx-checksum-ip-generic", "tx-checksum-sctp", "rx-checksum", "tx-tcp-segmentation",
            "tx-tcp6-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
            "tx-tcp-accecn-segmentation", "tx-udp-segmentation", "tx-generic-segmentation", "rx-gro"]

@@ -1,7 +1,7 @@
-"""Expectations and baseline comparison (testbed.regress) on constructed summaries."""
+"""Expectations and baseline comparison (testbed.regress.baselines) on constructed summaries."""
 import pytest
 
-from testbed.regress import MISSING, baseline_of, check_expectations, compare, metric
+from testbed.regress.baselines import MISSING, baseline_of, check_expectations, compare, metric
 
 SUMMARY = {"scenario": "x", "run_id": "r1", "status": "ok",
            "collective": {"bound_ratio": 0.9, "mean_time_s": 1.0, "time_s": [1.0, 2.0], "iterations_complete": 2},
@@ -94,7 +94,7 @@ def test_per_class_latency_is_tracked_for_every_class_the_run_has():
 
 
 def test_verdict_separates_policy_from_performance_on_an_emulation_that_fell_behind():
-    from testbed.regress import verdict
+    from testbed.regress.baselines import verdict
     assert verdict([], True) == "ok" and verdict([], False) == "inconclusive"
     assert verdict(["collective.bound_ratio"], True) == "regressed"
     assert verdict(["collective.bound_ratio", "latency_by_class_us.roce.p50_us",
@@ -105,7 +105,7 @@ def test_verdict_separates_policy_from_performance_on_an_emulation_that_fell_beh
 
 
 def test_losses_the_emulator_explains_are_inconclusive_only_on_an_unfaithful_run():
-    from testbed.regress import LOSS_METRICS, lost_to_the_emulator, verdict
+    from testbed.regress.baselines import LOSS_METRICS, lost_to_the_emulator, verdict
     inside = {"packets": {"lost": 22, "lost_inside_emulator": 22}}
     explained = lost_to_the_emulator(inside)
     assert explained == list(LOSS_METRICS)
@@ -120,7 +120,7 @@ def test_losses_the_emulator_explains_are_inconclusive_only_on_an_unfaithful_run
 
 
 def test_a_scenarios_own_tolerance_replaces_the_default_and_keeps_its_direction():
-    from testbed.regress import tolerance_of
+    from testbed.regress.baselines import tolerance_of
     base = baseline_of(SUMMARY)
     worse = {**SUMMARY, "packets": {"lost": 6, "retransmitted": 111}}
     wider = {"packets.retransmitted": (0.0, 250.0)}
@@ -135,7 +135,7 @@ def test_a_scenarios_own_tolerance_replaces_the_default_and_keeps_its_direction(
 
 
 def test_a_baseline_is_recorded_only_from_a_clean_commit(tmp_path):
-    from testbed.regress import save_baseline, unrecordable
+    from testbed.regress.baselines import save_baseline, unrecordable
     clean = {**SUMMARY, "git_commit": "a" * 40}
     assert unrecordable(clean["git_commit"]) is None and save_baseline(clean, tmp_path).exists()
     for commit in ("a" * 40 + "-dirty", None):
@@ -150,7 +150,7 @@ def _run(t, marks, verdict="kept_up", status="ok"):
 
 
 def test_the_spread_judges_performance_over_faithful_runs_and_policy_over_every_clean_one():
-    from testbed.regress import SPREAD_FACTOR, spread, tolerance_toml
+    from testbed.regress.baselines import SPREAD_FACTOR, spread, tolerance_toml
     runs = [_run(1.0 + 0.01 * i, 100 + i) for i in range(20)]
     # an unfaithful run: its time says nothing, its marks count (policy is judged on every run);
     # a failed run counts for neither
@@ -171,7 +171,7 @@ def test_the_spread_judges_performance_over_faithful_runs_and_policy_over_every_
 
 
 def test_a_go_back_with_nothing_lost_is_the_emulators_on_an_unfaithful_run():
-    from testbed.regress import lost_to_the_emulator, verdict
+    from testbed.regress.baselines import lost_to_the_emulator, verdict
     s = {"packets": {"lost": 0, "retransmitted": 33, "resent_without_loss": True}}
     explained = lost_to_the_emulator(s)
     assert "packets.retransmitted" in explained
@@ -182,8 +182,8 @@ def test_a_go_back_with_nothing_lost_is_the_emulators_on_an_unfaithful_run():
 
 
 def test_buffer_drops_are_the_emulators_only_when_every_row_past_its_headroom_was_paused_late():
-    from testbed.qos_analysis import headroom_overruns
-    from testbed.regress import lost_to_the_emulator, verdict
+    from testbed.analysis.qos import headroom_overruns
+    from testbed.regress.baselines import lost_to_the_emulator, verdict
 
     def row(port, held, reaction_us):
         return {"port": port, "class": 1, "max_held_bytes": held, "xoff_bytes": 200_000,
@@ -215,7 +215,7 @@ def test_buffer_drops_are_the_emulators_only_when_every_row_past_its_headroom_wa
 
 
 def test_a_measured_spread_judges_marks_of_a_faithful_run_and_the_default_band_those_of_one_that_fell_behind():
-    from testbed.regress import tolerance_of
+    from testbed.regress.baselines import tolerance_of
     spread = {"qos.ecn.marked": (0.0, 39.0)}            # incast-ecn's: 1.5 x the range over its runs
     base = {"metrics": {"qos.ecn.marked": 871}}
 

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from testbed.routing import compute_routes, torus_direction, trace_path
+from testbed.fabric.routing import compute_routes, torus_direction, trace_path
 from topologies.torus import torus
 
 

@@ -4,7 +4,7 @@ import subprocess
 import pytest
 
 from controllers.rules import VC_IN_PORT_PRIORITY, rules_for
-from testbed.routing import compute_routes, is_dateline
+from testbed.fabric.routing import compute_routes, is_dateline
 from topologies.fattree import fattree
 from topologies.torus import torus
 

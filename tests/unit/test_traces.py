@@ -5,10 +5,10 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from testbed.collectives import data_flow
+from testbed.traffic.collectives import data_flow
 from testbed.errors import InputError
-from testbed.traces import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, TraceError, chakra_messages,
-                            read_chakra, read_simai, simai_messages)
+from testbed.traffic.traces import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, TraceError, chakra_messages,
+                                    read_chakra, read_simai, simai_messages)
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 RING8 = TRACES / "chakra" / "custom_ring_allreduce_8npus_1MB"

@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-"""Go-back-N as the data plane runs it: nicdp.c's state machines, driven through testbed.nic."""
-from testbed.nic import AETH_ACK, AETH_NAK_SEQ, PSN_MOD, Receiver, Sender, unwrap
+"""Go-back-N as the data plane runs it: nicdp.c's state machines, driven through testbed.traffic.nic."""
+from testbed.traffic.nic import AETH_ACK, AETH_NAK_SEQ, PSN_MOD, Receiver, Sender, unwrap
 
 
 def test_unwrap_handles_24_bit_wraparound():

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.transport_analysis import bottleneck, jain, queue_depths, steady_window
+from testbed.analysis.transport import bottleneck, jain, queue_depths, steady_window
 
 
 def test_jain_index():
@@ -39,7 +39,7 @@ def test_queue_depth_holds_its_last_change_between_rows():
 
 
 def test_time_dilation_states_both_clocks_and_warns_when_they_disagree_by_over_2x():
-    from testbed.transport_analysis import time_dilation
+    from testbed.analysis.transport import time_dilation
     # 40 Gb/s reference on a 100 Mb/s link: 400x, an 8 us RTT becomes 3.2 ms
     agree = time_dilation({"time_scale": 400.0}, 8.0, 1000.0)
     assert agree["dilated_reference_rtt_us"] == 3200.0 and agree["fabric_base_rtt_us"] == 2000.0

@@ -1,0 +1,147 @@
+"""Stage 3 of a run's analysis: did the emulation run the fabric faithfully?
+
+Each rule below that a run breaks adds a note saying what the emulator (not the policy) did wrong,
+with its numbers; any note makes the verdict `could_not_keep_up`. A run with no note but too little
+busy to judge is `not_judged`; only `kept_up` is a valid run (`valid`), whose performance metrics
+mean something.
+"""
+from __future__ import annotations
+
+from testbed.analysis.losses import LossAccount
+from testbed.analysis.tables import RunInputs
+
+# The run says it could not keep up when any is crossed.
+MAX_MACHINE_BUSY_FRACTION = 0.97
+# Open vSwitch may lag for an instant; lagging this often means the fabric ran above its capacity.
+MAX_INPUT_BUSY_FRACTION = 0.05
+
+
+def cores_used(inp: RunInputs) -> dict:
+    """The CPU each process used over the traffic, in cores."""
+    d = inp.duration_s
+    return {**inp.cpu.get("processes_cores", {}), "engine": inp.engine["cpu_s"] / d if d > 0 else None}
+
+
+def judge(inp: RunInputs, acc: LossAccount, packets: dict, host_fid: dict, link_fid: dict, qos: dict | None,
+          transport: dict) -> dict:
+    """The summary's fidelity section: the verdict, its notes, and what it was judged on."""
+    notes = (_plumbing_notes(acc) + _host_notes(host_fid) + _machine_notes(inp, qos) + _link_notes(link_fid)
+             + _engine_notes(transport, packets))
+    if notes:
+        verdict = "could_not_keep_up"
+    elif not link_fid["busy_links"] and not host_fid["judged_hosts"]:
+        # nothing failed, but nothing was judged either: a starved fabric is not a faithful one
+        verdict = "not_judged"
+        notes.append(f"too little was busy to judge: no switch port was backlogged for "
+                     f"{link_fid['min_windows']} or more windows of max({link_fid['min_window_ms']:g} ms, "
+                     f"{link_fid['window_frames']} frame times), and no sending host was busy for as many")
+    else:
+        verdict = "kept_up"
+    cpu, engine = inp.cpu, inp.engine
+    return {
+        "verdict": verdict,
+        "notes": notes,
+        "hosts": host_fid,
+        # the scheduler's share in that: the data plane's waits that ended over 1 ms late
+        "engine_late_wakeups": {"count": engine.get("oversleeps"), "total_ms": engine.get("oversleep_ms"),
+                                "max_ms": engine.get("max_oversleep_ms"),
+                                "involuntary_switches": engine.get("involuntary_switches")},
+        "machine_busy_fraction": cpu.get("machine_busy_fraction"),
+        "machine_steal_fraction": cpu.get("steal_fraction"),
+        "cores_used": cores_used(inp),
+        "cpus": inp.manifest["machine"]["cpus"],
+        "links": link_fid,
+        "machine_cpu_idle_fraction": (1 - cpu["machine_busy_fraction"]
+                                      if cpu.get("machine_busy_fraction") is not None else None),
+        "valid": verdict == "kept_up",
+    }
+
+
+def _plumbing_notes(acc: LossAccount) -> list[str]:
+    # data packets the emulator's own plumbing lost, not a switch queue the policy runs
+    plumbing = acc.dropped_inside_ovs + acc.ovs_rx_socket_drops + acc.veth_drops
+    if not (plumbing and acc.lost_inside_emulator):
+        return []
+    return [f"the emulator itself dropped frames while {acc.lost} data packets were lost (inside "
+            f"Open vSwitch {acc.dropped_inside_ovs}, at its receive sockets {acc.ovs_rx_socket_drops}, at veths "
+            f"{acc.veth_drops})"]
+
+
+def _host_notes(host_fid: dict) -> list[str]:
+    if host_fid["valid"]:
+        return []
+    w = host_fid["worst"]
+    return [f"{len(host_fid['failing_hosts'])} of {host_fid['sending_hosts']} sending hosts' links idled with "
+            f"work waiting for over {host_fid['tolerance']:.0%} (plus one frame time) of more than "
+            f"{1 - host_fid['min_share']:.0%} of their windows of busy time, or sent ahead of their rate "
+            f"there, or idled over {host_fid['tolerance']:.0%} of all of it (worst {w['host']}: "
+            f"{w['within_tolerance']} of {w['windows']} {w['window_ms']:.1f} ms windows within, idle "
+            f"{w['idle_share']:.2%} of {w['windowed_ms']:.0f} ms in windows; lead ran "
+            f"dry {w['lead_dry_ms']:.2f} ms, the shaper late {w['late_ms']:.2f} ms, rate-limited queue pairs "
+            f"behind {w['qp_behind_ms']:.2f} ms)"]
+
+
+def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
+    """Open vSwitch falling behind, a saturated machine, and PFC pauses later than the headroom."""
+    notes = []
+    backlog = qos["ovs_input_backlog"] if qos else None
+    ingress_pfc = bool(qos) and inp.scenario["qos"]["pfc"] and qos["pfc"].get("accounting") == "ingress"
+    if backlog and backlog["samples"] and backlog["busy_samples"] / backlog["samples"] > MAX_INPUT_BUSY_FRACTION:
+        seen = ("in one queue for every class (the ingress PFC counts see it, priorities do not)" if ingress_pfc
+                else "unseen by priorities and pauses")
+        notes.append(
+            f"Open vSwitch fell behind: frames waited in its input sockets (over "
+            f"{backlog['busy_threshold_bytes'] // 1024} KiB on a port) in "
+            f"{backlog['busy_samples'] / backlog['samples']:.0%} of samples, up to "
+            f"{backlog['max_bytes'] // 1024} KiB on {backlog['worst_ports'][0]['port']}, {seen}")
+    if inp.cpu.get("machine_busy_fraction", 0) > MAX_MACHINE_BUSY_FRACTION:
+        notes.append(f"the machine was {inp.cpu['machine_busy_fraction']:.0%} busy")
+    late = [r for r in qos["pfc"]["headroom_overruns"] if r["late"]] if qos else []
+    if late:
+        # A switch's headroom holds what arrives while its pause takes effect; this one's pause came
+        # later than the headroom is sized for, so what a lossless switch would have held, it did not
+        w = max(late, key=lambda r: r["max_held_bytes"] - r["limit_bytes"])
+        notes.append(
+            f"the switch agent paused later than the PFC headroom allows ({qos['pfc']['reaction_us']['allowance']:.0f} "
+            f"us): {len(late)} lossless rows held more than XOFF plus headroom (worst {w['port']} class "
+            f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, its slowest pause "
+            f"{w['max_reaction_us']:.0f} us)")
+    return notes
+
+
+def _link_notes(link_fid: dict) -> list[str]:
+    if not link_fid["busy_links"] or link_fid["valid"]:
+        return []
+    notes = []
+    failing = [c for c in link_fid["links"] if c["port"] in link_fid["failing_links"]]
+    jittery = [c for c in failing if c["share"] < link_fid["min_share"]]
+    slow = [c for c in failing if not c["drain_ratio_ok"]]
+    if jittery:
+        worst = jittery[0]
+        notes.append(
+            f"{len(jittery)} of {link_fid['busy_links']} busy links drained at their rate in fewer than "
+            f"{link_fid['min_share']:.0%} of their backlogged windows (worst {worst['port']}: "
+            f"{worst['share']:.1%} of {worst['windows']} {worst['window_ms']:.1f} ms windows, "
+            f"{worst['slow_windows']} slow, {worst['fast_windows']} fast)")
+    if slow:
+        worst = max(slow, key=lambda c: abs(c["drain_ratio"] - 1))
+        notes.append(
+            f"{len(slow)} of {link_fid['busy_links']} busy links drained at more than "
+            f"{link_fid['tolerance']:.0%} from their rate over all their backlogged time (worst "
+            f"{worst['port']}: {worst['drain_ratio']:.3f} of its rate)")
+    if not notes:
+        # invalid for a reason neither rule names (kept so that the verdict cannot pass it by)
+        notes.append(f"{len(failing)} of {link_fid['busy_links']} busy links failed the drain-rate rules")
+    return notes
+
+
+def _engine_notes(transport: dict, packets: dict) -> list[str]:
+    notes = []
+    if transport["agents"]["receiver_socket_drops"]:
+        notes.append(f"the engine's receive sockets dropped {transport['agents']['receiver_socket_drops']} packets: "
+                     f"the traffic agents could not keep up")
+    if packets["resent_without_loss"]:
+        # the times and queues that followed are the emulator's
+        notes.append(f"{packets['retransmitted']} frames were resent though none was lost and no link changed: "
+                     f"frames reordered or delayed inside the emulator set off go-back-N")
+    return notes

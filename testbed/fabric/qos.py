@@ -1,0 +1,301 @@
+"""Port QoS as data: classes, their HTB parameters, per-queue marking and pause profiles, and the
+pause map (whom a PFC XOFF pauses). Pure functions, no kernel state.
+
+A queue is (node, port, class): one HTB leaf per class on every port of every node. Switch
+ports mark ECN and trigger pauses; host NICs only classify and can be paused, like a RoCE NIC.
+
+PFC has two rules (qos.pfc_accounting):
+- ingress, as 802.1Qbb switches do it: a switch counts the bytes it holds per (ingress port,
+  class), from the moment a frame enters until it leaves, and an XOFF there pauses that ingress
+  port's peer in that class. Whom to pause does not depend on the routes, so it follows reroutes.
+- egress, the older rule kept to compare: an egress queue's depth pauses every upstream that a
+  route can feed into it (the pause map from the routes at start), whether or not it sent the
+  bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from testbed.fabric.routing import RouteTable, next_vc
+from testbed.scenario.schema import ClassSpec, Scenario
+from testbed.wire import HEADER_BYTES
+from topologies.model import Fabric
+
+# HTB needs a guaranteed rate per class; under strict priority it is this share of the link.
+STRICT_GUARANTEE = 0.001
+
+
+@dataclass(frozen=True)
+class HtbClass:
+    minor: int
+    prio: int
+    rate_bps: float
+    ceil_bps: float
+    quantum_bytes: int
+
+
+@dataclass(frozen=True)
+class QueueProfile:
+    limit_bytes: int
+    ecn_on: bool
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+    pfc_on: bool
+    xoff_bytes: int
+    xon_bytes: int
+
+    @property
+    def hist_bucket_bytes(self) -> int:
+        """The width of the marking histogram's depth buckets (32 of them)."""
+        return max(1, (2 * self.kmax_bytes if self.ecn_on else self.limit_bytes) // 32)
+
+    def bpf_row(self) -> tuple:
+        """The BPF map's struct profile, in testbed.fabric.bpfmaps.PROFILE's field order: the one place
+        the profile is positional (what the data path's XOFF is: 0 unless this queue pauses)."""
+        return (self.limit_bytes, self.kmin_bytes, self.kmax_bytes, round(self.pmax * 65536),
+                int(self.ecn_on), self.xoff_bytes if self.pfc_on else 0, self.hist_bucket_bytes, 0)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "QueueProfile":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+
+
+def class_of_dscp(sc: Scenario) -> list[int]:
+    """Class index of each DSCP 0..63, then of non-IP frames (index 64: the first class, as a
+    switch keeps its control traffic in the top priority). Under fifo every frame shares the
+    default class."""
+    classes = sc.classes
+    default = next(i for i, c in enumerate(classes) if c.default)
+    if sc.qos.scheduling == "fifo":
+        return [default] * 65
+    out = [default] * 64
+    for i, c in enumerate(classes):
+        for d in c.dscp:
+            out[d] = i
+    return out + [0]
+
+
+@dataclass(frozen=True)
+class PortLayout:
+    """What every port's queueing tree looks like (testbed.fabric.ports builds it)."""
+    scheduling: str
+    weights: tuple[int, ...]
+    buffers_bytes: tuple[int, ...]
+    default_class: int
+    frame_bytes: int
+    pausable: bool = True  # TBF leaves (PFC can pause them); else byte FIFOs, which cost less
+
+    def htb_classes(self, link_bps: float) -> list[HtbClass]:
+        if self.scheduling == "weighted":
+            total = sum(self.weights)
+            return [HtbClass(0x10 + i, 0, link_bps * w / total, link_bps, w * self.frame_bytes)
+                    for i, w in enumerate(self.weights)]
+        # strict (and fifo, where only the default class carries traffic)
+        return [HtbClass(0x10 + i, i, max(8000.0, link_bps * STRICT_GUARANTEE), link_bps, self.frame_bytes)
+                for i, _ in enumerate(self.weights)]
+
+
+def port_layout(sc: Scenario) -> PortLayout:
+    return PortLayout(scheduling=sc.qos.scheduling, weights=tuple(c.weight for c in sc.classes),
+                      buffers_bytes=tuple(c.buffer_bytes or sc.fabric.queue_limit_bytes for c in sc.classes),
+                      default_class=next(i for i, c in enumerate(sc.classes) if c.default),
+                      frame_bytes=frame_bytes(sc), pausable=sc.qos.pfc)
+
+
+def frame_bytes(sc: Scenario) -> int:
+    return sc.workload.payload_bytes + HEADER_BYTES
+
+
+def queue_profile(sc: Scenario, c: ClassSpec, upstream_bps: list[float], reaction_s: float) -> QueueProfile:
+    """One switch queue's profile. Unless the class sets them, PFC thresholds leave headroom for
+    what the upstream senders (each at its own link rate) still deliver after the queue asks:
+    - above XOFF: what each sends during the agent's reaction time, plus two frames a TBF
+      pause lets through;
+    - above XON: after a resume every upstream may first send one frame ahead of its rate (the
+      switch agent resumes a leaf with a one-frame HTB bucket, so the bucket it saved up while
+      paused does not leave at once) plus the same, so XON sits that far below the buffer's top.
+    A buffer too small for that leaves XON at two frames (losses become possible: the summary
+    shows any drop)."""
+    buffer = c.buffer_bytes or sc.fabric.queue_limit_bytes
+    frame = frame_bytes(sc)
+    pfc = sc.qos.pfc and c.pfc
+    in_flight = sum(int(bps / 8 * reaction_s) + 2 * frame for bps in upstream_bps)
+    burst = frame * len(upstream_bps)
+    headroom = c.headroom_bytes or in_flight
+    xoff = c.xoff_bytes or max(2 * frame, buffer - headroom)
+    xon = c.xon_bytes or max(2 * frame, min(xoff - 2 * frame, buffer - headroom - burst))
+    return QueueProfile(limit_bytes=buffer, ecn_on=sc.qos.ecn and c.ecn, kmin_bytes=c.ecn_kmin_bytes,
+                        kmax_bytes=max(c.ecn_kmax_bytes, c.ecn_kmin_bytes), pmax=c.ecn_pmax, pfc_on=pfc,
+                        xoff_bytes=xoff, xon_bytes=xon)
+
+
+def switch_port_slots(fabric: Fabric) -> dict[tuple[str, int], int]:
+    """Each switch port's slot in the port program's maps (its queues are slot x MAX_CLASSES +
+    class): switch link ends in the fabric's link order. The ports (testbed.fabric.ports) and the
+    controller's ingress tags (controllers.rules) both number them here."""
+    slots: dict[tuple[str, int], int] = {}
+    for link in fabric.links:
+        for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
+            if node in fabric.switch_by_name:
+                slots[(node, port)] = len(slots)
+    return slots
+
+
+@dataclass(frozen=True)
+class IngressProfile:
+    """PFC thresholds of one (switch ingress port, class): bytes it holds in the switch."""
+    xoff_bytes: int
+    xon_bytes: int
+    headroom_bytes: int
+
+
+def ingress_headroom_bytes(sc: Scenario, c: ClassSpec, upstream_bps: float, reaction_s: float) -> int:
+    """What a paused upstream may still deliver above XOFF: its rate over the agent's reaction time,
+    the frame or two its paused TBF still lets through, and the one on the wire."""
+    return c.headroom_bytes or int(upstream_bps / 8 * reaction_s) + 3 * frame_bytes(sc)
+
+
+def ingress_profile(sc: Scenario, c: ClassSpec, port_bps: list[float], this_bps: float,
+                    reaction_s: float) -> IngressProfile:
+    """PFC thresholds of one ingress port of a switch whose ports run at ``port_bps``. Unless the
+    class sets them, XOFF is low enough that the class's buffer on any egress port holds what all
+    the other ports may deliver at once, each up to XOFF plus its headroom (so derived thresholds
+    are lossless while the agent reacts within reaction_allowance_s); XON sits one headroom below
+    XOFF (at least two frames), so a resume does not at once ask for the next pause."""
+    buffer = c.buffer_bytes or sc.fabric.queue_limit_bytes
+    frame = frame_bytes(sc)
+    feeders = max(1, len(port_bps) - 1)
+    headrooms = sorted(ingress_headroom_bytes(sc, c, bps, reaction_s) for bps in port_bps)
+    worst = sum(headrooms[-feeders:])
+    xoff = c.xoff_bytes or max(2 * frame, (buffer - worst) // feeders)
+    mine = ingress_headroom_bytes(sc, c, this_bps, reaction_s)
+    xon = c.xon_bytes or min(xoff - frame, max(frame, xoff - max(2 * frame, mine)))
+    return IngressProfile(xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=mine)
+
+
+def reaction_allowance_s(sc: Scenario) -> float:
+    """What PFC headroom assumes the agent takes to act: the poll interval, a wake-up, a netlink
+    message. Measured from a row's first XOFF crossing on incast-pfc: p50 0.4 ms, p99 0.9-3.8 ms,
+    and the longest over 4 quiet runs 1.1-4.8 ms, as the machine now and then keeps the agent from
+    running for 3-5 ms even at a real-time priority. A run whose pause came later than this and
+    whose row outgrew its headroom says it did not keep up (testbed.analysis.qos.headroom_overruns)."""
+    return 1.0 / sc.qos.agent_poll_hz + 0.0015
+
+
+def queue_key(ifname: str, cls: int) -> str:
+    return f"{ifname}:{cls}"
+
+
+def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> dict:
+    """The port policy a controller sends the switch agent: the DSCP map, every switch queue's
+    profile (buffer, ECN, and XOFF/XON under the egress rule), the PFC rule, and per lossless
+    queue the upstream queues to pause. Under the ingress rule the lossless queues are (ingress
+    port, class) with their thresholds in "ingress", each pausing its port's peer. Queues are
+    named "<interface>:<class index>"."""
+    rate_bps = {}
+    for link in fabric.links:
+        bps = link.bw_mbps * 1e6
+        rate_bps[(link.a, link.a_port if link.a in fabric.switch_by_name else 0)] = bps
+        rate_bps[(link.b, link.b_port if link.b in fabric.switch_by_name else 0)] = bps
+    reaction_s = reaction_allowance_s(sc)
+    rule = sc.qos.pfc_accounting
+    feeds = pause_map(fabric, table, sc) if rule == "egress" else {}
+    queues, pauses, ingress = {}, {}, {}
+    for sw, ports in fabric.ports.items():
+        port_bps = [rate_bps[(sw, p)] for p in ports]
+        for port, (peer, peer_port, _) in ports.items():
+            for c, spec in enumerate(sc.classes):
+                ups = sorted(feeds.get((sw, port, c), ()))
+                prof = queue_profile(sc, spec, [rate_bps[(u[0], u[1])] for u in ups], reaction_s)
+                key = queue_key(fabric.intf_name(sw, port), c)
+                if rule == "ingress":
+                    prof = dataclasses.replace(prof, pfc_on=False, xon_bytes=0)
+                    if sc.qos.pfc and spec.pfc:
+                        ing = ingress_profile(sc, spec, port_bps, rate_bps[(sw, port)], reaction_s)
+                        ingress[key] = {"xoff_bytes": ing.xoff_bytes, "xon_bytes": ing.xon_bytes,
+                                        "headroom_bytes": ing.headroom_bytes}
+                        up = peer_port if peer in fabric.switch_by_name else 0
+                        pauses[key] = [queue_key(fabric.intf_name(peer, up), c)]
+                queues[key] = prof.to_json()
+                if ups and prof.pfc_on:
+                    pauses[key] = [queue_key(fabric.intf_name(u[0], u[1]), u[2]) for u in ups]
+    return {"dscp_class": class_of_dscp(sc), "pfc_accounting": rule, "queues": queues, "ingress": ingress,
+            "pause_map": pauses, "reaction_allowance_us": reaction_s * 1e6}
+
+
+# ---- the pause map -----------------------------------------------------------------------
+
+Queue = tuple[str, int, int]  # (node, port, class index)
+
+
+def pause_map(fabric: Fabric, table: RouteTable, sc: Scenario) -> dict[Queue, set[Queue]]:
+    """For every switch queue, the upstream queues (neighbour switch ports or host NICs) whose
+    traffic enters it under the route table: the senders a PFC XOFF on it must pause. A packet's
+    class can change on the way (dateline virtual channels rewrite the workload's DSCP), so the
+    upstream is paused in the class the packet had when it left it."""
+    cls = class_of_dscp(sc)
+    dateline = sc.controller.dateline
+    vc_dscp = (sc.workload.dscp, sc.controller.vc1_dscp)
+    feeds: dict[Queue, set[Queue]] = {}
+    classes = range(len(sc.classes))
+
+    def class_pairs(vc_in: int, vc_out: int):
+        """(class upstream, class here) for every class, given the workload's channels."""
+        if not dateline:
+            return [(c, c) for c in classes]
+        moved = {cls[vc_dscp[0]], cls[vc_dscp[1]]}
+        pairs = [(c, c) for c in classes if c not in moved]
+        pairs.append((cls[vc_dscp[vc_in]], cls[vc_dscp[vc_out]]))
+        return pairs
+
+    for dst in fabric.hosts:
+        seen: set[tuple[str, int | None, int]] = set()
+
+        def walk(switch: str, in_port: int | None, vc: int, upstream: tuple[str, int]) -> None:
+            if (switch, in_port, vc) in seen:
+                return
+            seen.add((switch, in_port, vc))
+            for port in table[switch][dst.name]:
+                nvc = next_vc(fabric, switch, in_port, port, vc, dateline)
+                for c_up, c_here in class_pairs(vc, nvc):
+                    feeds.setdefault((switch, port, c_here), set()).add((upstream[0], upstream[1], c_up))
+                peer, peer_port, _ = fabric.ports[switch][port]
+                if peer != dst.name:
+                    walk(peer, peer_port, nvc, (switch, port))
+
+        for src in fabric.hosts:
+            if src.name != dst.name:
+                walk(src.switch, src.switch_port, 0, (src.name, 0))
+    return feeds
+
+
+def find_cycle(waits: dict[Queue, set[Queue]]) -> list[Queue] | None:
+    """A cycle in a wait-for graph (queue -> queues it waits on), or None."""
+    color: dict[Queue, int] = {}
+    stack: list[Queue] = []
+
+    def visit(q: Queue) -> list[Queue] | None:
+        color[q] = 1
+        stack.append(q)
+        for nxt in waits.get(q, ()):
+            if color.get(nxt) == 1:
+                return stack[stack.index(nxt):]
+            if nxt not in color:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        color[q] = 2
+        return None
+
+    for q in list(waits):
+        if q not in color:
+            found = visit(q)
+            if found:
+                return found
+    return None

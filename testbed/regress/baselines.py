@@ -1,0 +1,233 @@
+"""Verdicts on a run's summary: the scenario's own expectations, and the comparison against a
+stored baseline with per-metric tolerances. Pure functions of summary dicts."""
+from __future__ import annotations
+
+import json
+import operator
+import os
+from pathlib import Path
+
+from testbed.paths import PROJECT_ROOT
+from testbed.regress.metrics import DERIVED, TRACKED, Tolerance, metric_class, tolerance_of  # noqa: F401 (also regress's API)
+
+BASELINE_VERSION = 1
+BASELINE_DIR = Path(os.environ.get("TESTBED_BASELINE_DIR", PROJECT_ROOT / "baselines"))
+
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+        "!=": operator.ne}
+MISSING = object()
+
+
+def metric(summary: dict, path: str):
+    """summary["a"]["b"]... for the dotted path "a.b..."; list items by index; MISSING if absent."""
+    node = summary
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return MISSING
+    return node
+
+
+def check_expectations(summary: dict, expects: list[dict], fidelity_valid: bool = True) -> list[dict]:
+    """Each expectation judged: ok True or False, or None (not judged) for a performance metric of a
+    run the emulation did not run faithfully, whose times and queues are the machine's, not the
+    fabric's. A policy metric is judged on every run, but for losses the emulator itself explains
+    on such a run (lost_to_the_emulator)."""
+    explained = [] if fidelity_valid else lost_to_the_emulator(summary)
+    out = []
+    for e in expects:
+        actual = metric(summary, e["metric"])
+        want = metric(summary, e["than"]) if e.get("than") else e["value"]
+        kind = metric_class(e["metric"])
+        if actual is MISSING or actual is None:
+            ok, why = False, "not in the summary"
+        elif want is MISSING or want is None:
+            # nothing to compare with (e.g. no bulk traffic in this run): the expectation does not apply
+            ok, why = True, f"not applicable: no {e['than']} in this run"
+        else:
+            try:
+                ok, why = bool(_OPS[e["op"]](actual, want)), ""
+            except TypeError:
+                ok, why = False, "not comparable"
+            if kind == "performance" and not fidelity_valid:
+                ok, why = None, (f"not judged: a performance metric, and the emulation did not run faithfully "
+                                 f"(it would have {'passed' if ok else 'failed'})")
+            elif not ok and e["metric"] in explained:
+                ok, why = None, "not judged: the emulator's own loss (see the fidelity notes)"
+        out.append({"metric": e["metric"], "class": kind, "op": e["op"], "expected": e.get("than") or e["value"],
+                    "actual": None if actual is MISSING else actual,
+                    "than_value": None if not e.get("than") or want is MISSING else want, "ok": ok, "why": why})
+    return out
+
+
+# What a lost packet sets off: when the emulator's own plumbing lost every lost packet, these say
+# nothing about the policy.
+LOSS_METRICS = ("packets.lost", "packets.retransmitted", "packets.timeouts", "packets.naks")
+
+
+def lost_to_the_emulator(summary: dict) -> list[str]:
+    """The loss metrics a run's emulator explains: every lost packet was dropped inside Open
+    vSwitch, at its or the receivers' sockets or at a veth, none in a switch queue the policy runs;
+    or PFC's lossless rows outgrew their headroom only because the agent paused too late."""
+    p = summary.get("packets", {})
+    overruns = (((summary.get("qos") or {}).get("pfc") or {}).get("headroom_overruns")) or []
+    if overruns and all(r["late"] for r in overruns):
+        # every lossless row that outgrew its headroom did so because the agent paused later than the
+        # headroom is sized for (testbed.analysis.qos.headroom_overruns): a switch that reacts in
+        # time holds those frames, so the drops they caused are the emulator's
+        return ["packets.port_buffer_drops", *LOSS_METRICS]
+    if p.get("resent_without_loss"):
+        # go-back-N set off by frames reordered or delayed inside the emulator (testbed.analysis.summary)
+        return ["packets.retransmitted", "packets.naks", "packets.timeouts"]
+    return list(LOSS_METRICS) if 0 < p.get("lost", 0) <= p.get("lost_inside_emulator", 0) else []
+
+
+def verdict(failed: list[str], fidelity_valid: bool, explained: list[str] = ()) -> str:
+    """ok / regressed / inconclusive for one scenario: a policy metric that broke is a regression
+    even when the emulation could not keep up; a performance metric then proves nothing, and
+    neither do losses the emulator itself explains (explained)."""
+    if any(metric_class(m) == "policy" and (fidelity_valid or m not in explained) for m in failed):
+        return "regressed"
+    if not fidelity_valid:
+        return "inconclusive"
+    return "regressed" if failed else "ok"
+
+
+def expand(pattern: str, summary: dict) -> list[str]:
+    """The summary's paths a tracked pattern names: a `*` part stands for every key at that level."""
+    paths = [""]
+    for part in pattern.split("."):
+        nxt = []
+        for prefix in paths:
+            node = metric(summary, prefix[:-1]) if prefix else summary
+            keys = sorted(node) if part == "*" and isinstance(node, dict) else [part]
+            nxt += [f"{prefix}{k}." for k in keys]
+        paths = nxt
+    return [p[:-1] for p in paths]
+
+
+def baseline_of(summary: dict) -> dict:
+    metrics = {}
+    for pattern in TRACKED:
+        for p in expand(pattern, summary):
+            v = metric(summary, p)
+            if v is not MISSING and v is not None:
+                metrics[p] = v
+    return {"baseline_version": BASELINE_VERSION, "scenario": summary["scenario"], "run_id": summary["run_id"],
+            "git_commit": summary.get("git_commit"), "metrics": metrics}
+
+
+def compare(summary: dict, baseline: dict, overrides: dict[str, tuple[float, float]] | None = None) -> list[dict]:
+    """One row per tracked metric of the baseline: baseline, now, allowed bound, verdict
+    (overrides: the scenario's own tolerances, see tolerance_of for a run that could not keep up)."""
+    faithful = (summary.get("fidelity") or {}).get("verdict", "kept_up") == "kept_up"
+    rows = []
+    for path, base in baseline["metrics"].items():
+        tol = tolerance_of(path, overrides, faithful)
+        now = metric(summary, path)
+        if tol is None:
+            continue
+        if now is MISSING or now is None:
+            rows.append({"metric": path, "baseline": base, "now": None, "limit": None, "verdict": "missing"})
+            continue
+        if tol.better == "equal":
+            ok, limit = now == base, base
+        elif tol.better == "near":
+            margin = max(abs(base) * tol.rel, tol.abs)
+            limit = [base - margin, base + margin]
+            ok = limit[0] <= now <= limit[1]
+        elif tol.better == "higher":
+            limit = base - max(abs(base) * tol.rel, tol.abs)
+            ok = now >= limit
+        else:
+            limit = base + max(abs(base) * tol.rel, tol.abs)
+            ok = now <= limit
+        rows.append({"metric": path, "baseline": base, "now": now, "limit": limit,
+                     "verdict": "ok" if ok else "regressed"})
+    return rows
+
+
+# A tolerance is this many times the range a metric took over a scenario's faithful runs: a new run
+# falls outside a sample's own range 2/(n+1) of the time (6% at n = 33), which over a scenario's
+# dozen metrics would fail it on spread alone every few runs.
+SPREAD_FACTOR = 1.5
+MIN_SPREAD_RUNS = 20
+
+
+def spread(summaries: list[dict]) -> dict[str, dict]:
+    """Per tracked metric with a tolerance: how many runs, their least, median and largest value,
+    and the tolerance that spread gives. Over the runs in which nothing failed; a performance
+    metric only over the faithful ones, since it is judged only on those, and a policy metric over
+    all of them, since it is judged on every run."""
+    clean = [s for s in summaries if s["status"] == "ok"]
+    values: dict[str, list[float]] = {}
+    for s in clean:
+        faithful = s["fidelity"]["verdict"] == "kept_up"
+        for path, v in baseline_of(s)["metrics"].items():
+            tol = tolerance_of(path)
+            if tol is None or tol.better == "equal" or isinstance(v, (bool, str)):
+                continue
+            if metric_class(path) == "performance" and not faithful:
+                continue
+            values.setdefault(path, []).append(float(v))
+    out = {}
+    for path, vs in sorted(values.items()):
+        vs = sorted(vs)
+        lo, hi = vs[0], vs[-1]
+        mid = len(vs) // 2
+        out[path] = {"runs": len(vs), "class": metric_class(path), "min": lo, "max": hi,
+                     "median": vs[mid] if len(vs) % 2 else (vs[mid - 1] + vs[mid]) / 2,
+                     "abs": float(f"{SPREAD_FACTOR * (hi - lo):.3g}")}
+    return out
+
+
+def tolerance_toml(stats: dict[str, dict], commits: list[str]) -> str:
+    """The [[tolerance]] tables a scenario file records its spread in."""
+    runs = {c: max((st["runs"] for st in stats.values() if st["class"] == c), default=0)
+            for c in ("performance", "policy")}
+    names = ", ".join(c[:8] + ("-dirty" if c.endswith("-dirty") else "") for c in commits)
+    lines = [f"# Run-to-run spread: performance metrics over {runs['performance']} faithful runs, policy metrics "
+             f"over {runs['policy']} runs",
+             f"# (commits {names}): each tolerance is {SPREAD_FACTOR:g} x the range (testbed spread)."]
+    for path, st in stats.items():
+        lines += ["[[tolerance]]", f'metric = "{path}"',
+                  f"abs = {st['abs']!r}  # {st['min']:.6g} .. {st['max']:.6g}, median {st['median']:.6g}", "rel = 0.0",
+                  ""]
+    return "\n".join(lines)
+
+
+def suite() -> list[str]:
+    """The regression suite: every scenario with expectations or a stored baseline."""
+    from testbed.scenario import list_scenarios, load_scenario
+    return [n for n in list_scenarios() if load_scenario(n).expect or load_baseline(n) is not None]
+
+
+def load_baseline(name: str, directory: Path = BASELINE_DIR) -> dict | None:
+    p = directory / f"{name}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def unrecordable(commit: str | None) -> str | None:
+    """Why a run of this commit (testbed.run.probe.git_commit) cannot be a baseline, or None: a baseline
+    must name the commit it measured, so a tree with uncommitted changes (or outside git) is refused."""
+    if not commit:
+        return "the run names no git commit"
+    if commit.endswith("-dirty"):
+        return f"the run is of commit {commit[:12]} with uncommitted changes: commit them first"
+    return None
+
+
+def save_baseline(summary: dict, directory: Path = BASELINE_DIR, untracked: tuple[str, ...] = ()) -> Path:
+    """Store the run's baseline, without the metrics in untracked (whose limits could never fail)."""
+    why = unrecordable(summary.get("git_commit"))
+    if why:
+        raise ValueError(why)
+    directory.mkdir(parents=True, exist_ok=True)
+    p = directory / f"{summary['scenario']}.json"
+    base = baseline_of(summary)
+    base["metrics"] = {k: v for k, v in base["metrics"].items() if k not in untracked}
+    p.write_text(json.dumps(base, indent=1, sort_keys=True) + "\n")
+    return p

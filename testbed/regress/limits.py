@@ -1,0 +1,143 @@
+"""What a tracked metric can physically be in a scenario, and whether a baseline's limits lie
+inside it. Pure: from the scenario and its topology, no run.
+
+A limit outside what the scenario can produce never fails, so it guards nothing: a queue's p99
+cannot exceed its class buffer, a one-way latency through queues that drop when full cannot
+exceed their buffers drained at line rate (a PFC class may be held by pauses, so only the run's
+time limit bounds it there), Jain's index lies in [1/n, 1] over n flows, a count of packets lies
+between none and all the workload sends, and a marked or paused count of zero (the policy gone)
+must fall outside a "near" limit. `testbed baseline` leaves such a metric out of the baseline it
+stores (its run-to-run spread, or a default tolerance, covers all it can take: it cannot tell a
+regression), `testbed regress` warns about a stored one, and a unit test refuses every committed
+baseline that has one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+
+from testbed.regress import baselines as regress
+from testbed.fabric.qos import class_of_dscp
+from testbed.scenario import Scenario, build_fabric
+from testbed.traffic.workload import build_messages
+
+INF = math.inf
+# a run may beat the line-rate bound by its NIC's burst (testbed/analysis/bounds.py): well under this
+BOUND_RATIO_MAX = 1.05
+
+
+@dataclass(frozen=True)
+class Range:
+    lo: float
+    hi: float
+    why: str
+
+
+def _packets(sc: Scenario) -> tuple[int, int]:
+    """Data packets the workload sends (each message in payload-sized frames), and its flows."""
+    _, msgs = build_messages(sc, build_fabric(sc.fabric))
+    packets = sum(max(1, math.ceil(m.bytes / sc.workload.payload_bytes)) for m in msgs)
+    return packets, len({(m.src, m.dst) for m in msgs})
+
+
+def _class_index(sc: Scenario, name: str) -> int | None:
+    return next((i for i, c in enumerate(sc.classes) if c.name == name), None)
+
+
+def _buffer(sc: Scenario, cls: int) -> int:
+    return sc.classes[cls].buffer_bytes or sc.fabric.queue_limit_bytes
+
+
+def max_latency_s(sc: Scenario, cls: int) -> float:
+    """The longest a frame of class cls can take one way: through every switch egress of the
+    longest shortest path between two hosts' switches, each holding a full buffer drained at the
+    slowest line rate; a class PFC pauses can be held by the pauses, so only the run's time limit
+    bounds it."""
+    if sc.qos.pfc and sc.classes[cls].pfc:
+        return sc.run.time_limit_s
+    fabric = build_fabric(sc.fabric)
+    g = nx.Graph(fabric.switch_graph())
+    edge = sorted({h.switch for h in fabric.hosts})
+    lengths = dict(nx.all_pairs_shortest_path_length(g))
+    hops = max(lengths[a][b] for a in edge for b in edge) + 1
+    return hops * _buffer(sc, cls) * 8 / (sc.fabric.bw_mbps * 1e6)
+
+
+def physical_range(path: str, sc: Scenario) -> Range | None:
+    """The values a tracked metric can take in this scenario, or None when this module knows no
+    bound for it (which the unit test refuses: every tracked metric needs one)."""
+    if path == "collective.bound_ratio":
+        return Range(0.0, BOUND_RATIO_MAX, "no run beats the bound by more than its NIC burst")
+    if path == "collective.mean_time_s":
+        return Range(0.0, sc.run.time_limit_s, "a run longer than run.time_limit_s is stopped")
+    if path == "collective.iterations_complete":
+        return Range(0, sc.workload.iterations, "workload.iterations")
+    if path.startswith("latency_by_class_us."):
+        cls = _class_index(sc, path.split(".")[1])
+        if cls is None:
+            return None
+        return Range(0.0, max_latency_s(sc, cls) * 1e6, "its buffers along the longest path at line rate, "
+                     "or the time limit where PFC can hold it")
+    if path == "transport.steady_state.bottleneck_queue.p99_bytes":
+        return Range(0.0, _buffer(sc, class_of_dscp(sc)[sc.workload.dscp]), "the collective's class buffer")
+    if path == "transport.steady_state.jain_index":
+        flows = _packets(sc)[1]
+        return Range(1.0 / flows, 1.0, f"Jain's index over {flows} flows")
+    if path in ("qos.ecn.marked", "packets.lost", "packets.retransmitted", "qos.queues.buffer_drops",
+                "packets.unaccounted"):
+        packets = _packets(sc)[0]
+        return Range(0, packets if path != "packets.retransmitted" else INF, f"{packets} data packets sent")
+    if path == "packets.timeouts":
+        return Range(0, INF, "retransmission timeouts")
+    if path == "qos.pfc.pauses":
+        return Range(0, INF, "pauses")
+    if path == "qos.pfc.deadlocked":
+        return Range(False, True, "a flag")
+    if path == "transport.messages_with_wrong_bytes":
+        return Range(0, len(build_messages(sc, build_fabric(sc.fabric))[1]), "messages")
+    return None
+
+
+def unreachable(baseline: dict, sc: Scenario) -> list[str]:
+    """Each tracked metric of the baseline whose limit (with the scenario's tolerances) lies where
+    the scenario cannot take it, so that it could never fail: "metric: why"."""
+    overrides = {t.metric: (t.rel, t.abs) for t in sc.tolerance}
+    rows = regress.compare(_as_summary(baseline["metrics"]), baseline, overrides)
+    out = []
+    for r in rows:
+        tol = regress.tolerance_of(r["metric"], overrides)
+        rng = physical_range(r["metric"], sc)
+        if rng is None:
+            continue   # unbounded() names it
+        lim = r["limit"]
+        if tol.better == "lower" and not lim < rng.hi:
+            out.append(f"{r['metric']}: limit {lim:.4g} is not below {rng.hi:.4g} ({rng.why}): it can never fail")
+        elif tol.better == "higher" and not lim > rng.lo:
+            out.append(f"{r['metric']}: limit {lim:.4g} is not above {rng.lo:.4g} ({rng.why}): it can never fail")
+        elif tol.better == "near" and not (lim[1] < rng.hi and (lim[0] > rng.lo or r["baseline"] == rng.lo)):
+            # (a baseline of none, marks or pauses where the policy asks for none, need only be
+            # able to fail upwards)
+            out.append(f"{r['metric']}: limits [{lim[0]:.4g}, {lim[1]:.4g}] are not inside ({rng.lo:.4g}, "
+                       f"{rng.hi:.4g}) ({rng.why}): the policy gone, or doing everything, would pass")
+        elif tol.better == "equal" and not rng.lo <= r["baseline"] <= rng.hi:
+            out.append(f"{r['metric']}: baseline {r['baseline']} is outside [{rng.lo}, {rng.hi}] ({rng.why})")
+    return out
+
+
+def unbounded(baseline: dict, sc: Scenario) -> list[str]:
+    """The baseline's tracked metrics this module knows no physical bound for."""
+    return [p for p in baseline["metrics"] if regress.tolerance_of(p) is not None and physical_range(p, sc) is None]
+
+
+def _as_summary(metrics: dict) -> dict:
+    """A summary-shaped dict holding the baseline's own values, so compare() yields each limit."""
+    out: dict = {}
+    for path, v in metrics.items():
+        node = out
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = v
+    return out

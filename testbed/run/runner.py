@@ -1,0 +1,297 @@
+"""One run of a scenario: controller, fabric, traffic, raw results. Analysis is a separate step
+(testbed.analysis.summary), which the CLI runs right after.
+
+Order of life: lock -> clean what dead runs left -> controller listening -> fabric up ->
+routes ready -> engine runs the workload -> counters read -> fabric down -> controller down.
+Every step is a context manager, so an exception, Ctrl-C or SIGTERM unwinds all of it.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from testbed.paths import PROJECT_ROOT
+from testbed.fabric import bpfmaps
+
+from testbed.run import probe
+
+from testbed.fabric import qos
+from testbed.run.capture import HostCaptures
+from testbed.run.controller import Controller
+from testbed.run.cpu import CpuMeter
+from testbed.errors import RunFailed
+from testbed.fabric.net import EmulatedFabric
+from testbed.run.faults import FaultInjector
+from testbed.fabric.ports import PortConfig, leaf_minor
+from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
+from testbed.runfolder import RunFolder
+from testbed.run.state import RunLock, RunRecord, clean_stale
+from testbed.scenario import Scenario, build_fabric
+from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
+
+RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", PROJECT_ROOT / "results"))
+MANIFEST_VERSION = 1
+ENGINE_GRACE_S = 30.0
+ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
+
+
+def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None) -> Path:
+    """Run the scenario; returns its run folder (raw files and manifest.json). Interrupts unwind
+    it: the CLI turns SIGTERM into testbed.errors.Terminated and keeps SIGINT a KeyboardInterrupt.
+    progress(EngineProgress, elapsed_s, time_limit_s), if given, is called about every 200 ms of
+    the traffic phase with the engine's last heartbeat record."""
+    fabric = build_fabric(sc.fabric)
+    ranks, messages = build_messages(sc, fabric)
+    base = results_dir or RESULTS_DIR
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    run_id = f"{sc.name}-{stamp}"
+    with RunLock(run_id, f"scenario {sc.name}"):
+        too_small = probe.socket_buffers_too_small()
+        if too_small:
+            raise RunFailed(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
+                            f"(run `make setup`, which raises them)")
+        bpfmaps.require_object()
+        clean_stale(log=log)
+        run_dir = base / sc.name / stamp
+        rf = RunFolder(run_dir)
+        rf.raw.mkdir(parents=True)
+        datapath = probe.choose_datapath()
+        record = RunRecord(run_id)
+        manifest = {
+            "manifest_version": MANIFEST_VERSION, "run_id": run_id, "scenario": sc.to_dict(),
+            "started_utc": datetime.now(timezone.utc).isoformat(), "git_commit": probe.git_commit(),
+            "versions": probe.versions(), "machine": probe.machine(),
+            "mechanisms": {
+                "datapath": "ovs-kernel" if datapath == "kernel" else "ovs-userspace (netdev)",
+                "shaping": "htb per port (link rate) with one class per priority and a tbf leaf per class, "
+                           "set over netlink (pyroute2)",
+                "queues": f"{sc.qos.scheduling} scheduling over {len(sc.classes)} classes "
+                          f"({', '.join(c.name for c in sc.classes)}), classified by DSCP in a cls_bpf program",
+                "ecn": "per packet, RED profile on the exact queue depth, in a cls_bpf program at enqueue "
+                       "(kernel red/prio absent here; one mechanism on every kernel keeps runs comparable)"
+                       if sc.qos.ecn else "off",
+                "pfc": (("switch agent: XOFF/XON on the bytes each (ingress port, class) holds in its switch, "
+                         "counted in the port program from arrival to departure, the ingress carried in the "
+                         "Ethernet source by the controller's flows; pauses the ingress port's peer"
+                         if sc.qos.pfc_accounting == "ingress" else
+                         "switch agent: XOFF/XON on the egress queue's exact depth; pauses every upstream the "
+                         "routes feed into it") +
+                        "; pause = tbf rate change on the upstream class leaf over netlink, resume = rate back "
+                        "plus an 802.1Qbb XON frame") if sc.qos.pfc else "off",
+                "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
+                              f"routes, sends it to the switch agent, logs its reports and decisions",
+                "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
+                "offloads": "off on every veth" if datapath == "user" else "unchanged",
+                "traffic": f"compiled NIC data plane (testbed/traffic/nic/nicdp.c) in one process; per host an AF_PACKET "
+                           f"socket per NIC class, opened in its namespace, batched I/O (sendmmsg/recvmmsg) "
+                           f"at most every {sc.transport.engine_batch_us:g} us; line rate from the host NIC's "
+                           f"HTB class (burst {sc.fabric.nic_burst_frames} frames), fed a lead of "
+                           f"{nic_lead_ns(sc) / 1e3:.0f} us of frames per class"
+                           + ("; each throttled queue pair paced to its DCQCN rate in the data plane"
+                              if sc.transport.cc == "dcqcn" else "")
+                           + f"; RC order per queue pair, {sc.transport.channels} queue pair(s) per host pair "
+                             f"and kind",
+                "transport": f"RoCE RC per queue pair: {sc.transport.reliability}"
+                             + (", ICRC checked at the receiver" if sc.transport.verify_icrc else "")
+                             + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), parameters "
+                                f"given for {sc.dcqcn.ref_gbps:g} Gb/s, time-dilated"
+                                if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
+                "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
+                            if sc.run.capture else "off"),
+                "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}"
+                           f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
+                           f"barrier-confirmed",
+                "ecmp": "OpenFlow 1.5 select groups, OVS hash over the 5-tuple" if sc.controller.routing == "ecmp"
+                        else "none",
+                "timestamps": "departure: the kernel's software TX timestamp (SO_TIMESTAMPING SCM_TSTAMP_SND), "
+                              "taken when the host NIC's qdisc hands the frame to the veth, i.e. as it starts "
+                              "onto the wire; arrival: the kernel's receive timestamp (SO_TIMESTAMPNS) on the "
+                              "destination's veth; handoff: the data plane's clock when it queued the frame. "
+                              "All CLOCK_REALTIME kernel stamps are mapped to CLOCK_MONOTONIC, shared by every "
+                              "namespace, with the offset read at each pass (adjustments between two reads are "
+                              "the error: none here). One-way latency = arrival - departure (wire and fabric, "
+                              "to within the softirq delay of each stamp, microseconds on this machine); NIC "
+                              "queueing = departure - handoff",
+            },
+            "ranks": ranks,
+            "timings_s": {},
+        }
+        rf.fabric.write_text(fabric.to_json())
+        rf.schedule.write_text(json.dumps(
+            [{"id": m.id, "iteration": m.iteration, "step": m.step, "src": m.src, "dst": m.dst,
+              "bytes": m.bytes, "chunk": m.chunk, "tag": m.tag, "op": m.op, "duration_ns": m.duration_ns,
+              "group": m.group}
+             for m in messages]))
+        try:
+            _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress)
+        except BaseException as e:  # the run folder says why it ended, whatever ended it
+            manifest["error"] = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            manifest["finished_utc"] = datetime.now(timezone.utc).isoformat()
+            rf.manifest.write_text(json.dumps(manifest, indent=1))
+            record.remove()
+        return run_dir
+
+
+def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress) -> None:
+    rf = RunFolder(run_dir)
+    timings = manifest["timings_s"]
+    t0 = time.monotonic()
+    # The QoS app and the switch agent meet on an abstract Unix socket (no file to clean up).
+    agent_socket = f"fabric-testbed/{os.getpid()}/{time.monotonic_ns()}"
+    rf.scenario.write_text(json.dumps(sc.to_dict()))
+    params = {"routing": sc.controller.routing, "scenario": str(rf.scenario),
+              "agent_socket": agent_socket}
+    if sc.controller.dateline:
+        params.update(dateline="1", vc_dscp=f"{sc.workload.dscp}:{sc.controller.vc1_dscp}")
+    if sc.qos.pfc and sc.qos.pfc_accounting == "ingress":
+        params["ingress_tags"] = "1"
+    ctl = Controller(apps=[sc.controller.app, sc.controller.qos_app], params=params,
+                     fabric_json=rf.fabric, events_path=rf.controller_events,
+                     log_path=rf.controller_log)
+    ctl.on_start = record.add_process
+    ports = PortConfig(mtu_bytes=sc.fabric.mtu_bytes,
+                       queue_limit_bytes=sc.fabric.queue_limit_bytes,
+                       htb_burst_bytes=sc.fabric.htb_burst_bytes,
+                       nic_burst_bytes=sc.fabric.nic_burst_frames * qos.frame_bytes(sc),
+                       offloads_off=(datapath == "user"),
+                       layout=qos.port_layout(sc))
+    with ctl:
+        ctl.wait_listening(timeout_s=30)
+        log(f"controller listening on 127.0.0.1:{ctl.port} (pid {ctl.pid})")
+        net = EmulatedFabric(fabric, ports, ctl.port, datapath, record)
+        try:
+            with net:
+                manifest["mechanisms"]["receive_steering"] = net.ports.steering
+                log(f"fabric up: {len(fabric.switches)} switches, {len(fabric.hosts)} hosts, "
+                    f"{len(fabric.links)} links ({manifest['mechanisms']['datapath']}; {net.ports.steering})")
+                ready = ctl.wait_routes_ready(sc.run.routes_ready_timeout_s)
+                timings["routes_ready"] = time.monotonic() - t0
+                log(f"routes ready {timings['routes_ready']:.2f} s after start")
+                host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
+                plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
+                rf.engine_plan.write_text(json.dumps(plan))
+                agent_plan = build_agent_plan(sc, net.ports, str(run_dir), agent_socket)
+                rf.agent_plan.write_text(json.dumps(agent_plan))
+                agent = ManagedProcess("switch agent", [sys.executable, "-m", "testbed.fabric.agent",
+                                                        str(rf.agent_plan)],
+                                       rf.agent_log, cwd=str(PROJECT_ROOT),
+                                       pass_fds=tuple(agent_plan["map_fds"].values()))
+                agent.on_start = record.add_process
+                with agent:
+                    wait_until(lambda: rf.announced("agent") or not agent.alive(), 30,
+                               "the switch agent to apply the controller's port policy")
+                    if not agent.alive():
+                        raise RunFailed(f"the switch agent failed to start; log:\n{agent.log_tail()}")
+                    with contextlib.ExitStack() as stack:
+                        if sc.run.capture:
+                            used = {h["name"]: (host_pids[h["name"]], h["ifname"]) for h in plan["hosts"]}
+                            caps = stack.enter_context(HostCaptures(used, rf.pcap,
+                                                                    sc.run.capture_snaplen_bytes, record))
+                            log(f"capturing on {len(used)} hosts to {rf.pcap}")
+                        _traffic(sc, fabric, net, plan, rf, ctl, record, manifest, log, agent, progress)
+                    if sc.run.capture:
+                        manifest["capture"] = caps.stats
+                if agent.proc.returncode not in (0, None):
+                    raise RunFailed(f"the switch agent failed (exit {agent.proc.returncode}); log:\n"
+                                    f"{agent.log_tail()}")
+                rf.ovs_socket_drops_end.write_text(json.dumps(net.ovs_socket_drops()))
+                rf.flows_end.write_text(json.dumps(net.flow_stats()))
+                rf.groups_end.write_text(json.dumps(net.group_stats()))
+        finally:
+            timings.update(net.timings)
+    timings["total"] = time.monotonic() - t0
+    if not ctl.find_event("routes_ready"):
+        raise RunFailed("the controller never reported its routes ready")
+
+
+def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
+    """What the switch agent needs to act on the ports: every switch queue and every pausable
+    leaf. The policy itself (profiles, thresholds, pause map) comes from the controller."""
+    leaves = ports.leaves()
+    queues = [{"index": l["queue"], "node": l["node"], "port": l["port"], "ifname": l["ifname"],
+               "class": l["class"], "class_name": sc.classes[l["class"]].name}
+              for l in leaves if l["switch"]]
+    return {
+        "out_dir": out_dir, "controller_socket": agent_socket,
+        "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name in bpfmaps.MAPS},
+        "first_minor": leaf_minor(0), "frame_bytes": qos.frame_bytes(sc),
+        "poll_hz": sc.qos.agent_poll_hz, "telemetry_hz": sc.qos.telemetry_hz,
+        "deadlock_detect_ms": sc.qos.deadlock_detect_ms, "watchdog_ms": sc.qos.pfc_watchdog_ms,
+        "queues": queues, "leaves": leaves,
+    }
+
+
+def _traffic(sc, fabric, net, plan, rf: RunFolder, ctl, record, manifest, log, agent, progress) -> None:
+    engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.traffic.engine", str(rf.engine_plan)],
+                            rf.engine_log, cwd=str(PROJECT_ROOT))
+    engine.on_start = record.add_process
+    cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid})
+    log(f"traffic: {sc.workload.type}, {len(plan['messages'])} messages over {len(plan['flows'])} flows")
+    # every port's counters, before the engine sends its first frame and when it is done: what
+    # the fabric moved during the traffic phase
+    rf.links_start.write_text(json.dumps(net.ports.link_counters()))
+    with engine:
+        # Measure CPU over the traffic phase only, not the engine's imports and socket setup.
+        wait_until(lambda: rf.announced("engine") or engine.proc.poll() is not None, 60,
+                   "the traffic engine to open its sockets")
+        drops0 = probe.ovs_drop_counters()
+        cpu.begin()
+        # the fault schedule's clock starts with the traffic
+        with FaultInjector(sc, fabric, net, ctl, rf.faults, log) as faults:
+            deadline = sc.run.time_limit_s + ENGINE_GRACE_S
+            started, next_show = time.monotonic(), [0.0]
+
+            def finished():
+                if not ctl.alive() and not sc.controller.survive_controller_loss:
+                    noticed = time.monotonic_ns()
+                    rf.controller_lost.write_text(json.dumps(
+                        {"noticed_ns": noticed, "killed_ns": faults.controller_killed_ns or None}))
+                    planned = (f" (killed by the fault schedule; noticed after "
+                               f"{(noticed - faults.controller_killed_ns) / 1e6:.0f} ms)"
+                               if faults.controller_killed_ns else "")
+                    raise RunFailed(f"the controller exited during the run{planned}; the run was stopped "
+                                    f"(set controller.survive_controller_loss to keep forwarding); log:\n"
+                                    f"{ctl.log_tail()}")
+                faults.apply_due()
+                if engine.proc.poll() is not None:
+                    return True
+                if not agent.alive():
+                    raise RunFailed(f"the switch agent exited during the run; log:\n{agent.log_tail()}")
+                if rf.deadlock.exists():
+                    log("PFC deadlock detected: stopping the traffic (see raw/deadlock.json)")
+                    engine.stop()
+                    return True
+                if progress and time.monotonic() >= next_show[0]:
+                    next_show[0] = time.monotonic() + 0.2
+                    p = rf.progress()
+                    if p:
+                        progress(p, time.monotonic() - started, sc.run.time_limit_s)
+                if (rf.heartbeat_age_s() or 0) > ENGINE_HEARTBEAT_TIMEOUT_S:
+                    raise RunFailed(f"the traffic engine stopped responding (no heartbeat for "
+                                    f"{ENGINE_HEARTBEAT_TIMEOUT_S:g} s); log:\n{engine.log_tail()}")
+                return False
+
+            try:
+                wait_until(finished, deadline, "the traffic engine to finish", poll_s=0.005)
+            except WaitFailed:
+                raise RunFailed(f"the traffic engine did not finish within {deadline:g} s; log:\n"
+                                f"{engine.log_tail()}") from None
+        manifest["cpu"] = cpu.end()
+        # What is still queued when the traffic ends, before the agent resumes paused ports and
+        # they drain toward hosts that no longer listen.
+        rf.queues_end.write_text(json.dumps(net.ports.queue_stats()))
+        rf.links_end.write_text(json.dumps(net.ports.link_counters()))
+        agent.stop()
+        drops1 = probe.ovs_drop_counters()
+        manifest["ovs_drops_during_traffic"] = {k: drops1[k] - drops0[k] for k in drops0}
+    if engine.proc.returncode not in (0, 3):
+        raise RunFailed(f"the traffic engine failed (exit {engine.proc.returncode}); log:\n{engine.log_tail()}")
+    stats = json.loads(rf.engine_stats.read_text())
+    manifest["engine"] = {"reason": stats["reason"], "cpu_s": stats["cpu_s"]}

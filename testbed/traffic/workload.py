@@ -1,0 +1,216 @@
+"""From a scenario's [workload] to the engine's plan: ranks placed on hosts, flows, messages."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from pathlib import Path
+
+from testbed.paths import PROJECT_ROOT
+from testbed.fabric import qos
+from testbed.traffic.transport import dcqcn_params
+from testbed.traffic.collectives import (Message, all_to_all, background, halving_doubling_allreduce, incast,
+                                         ring_allgather, ring_allreduce, ring_reducescatter, shift_permutation,
+                                         torus2d_allreduce)
+from testbed.errors import InputError
+from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step
+from testbed.scenario.schema import Scenario
+from testbed.traffic.traces import chakra_files, chakra_messages, read_simai, simai_messages
+from topologies.model import Fabric
+from topologies.torus import snake_order
+
+
+def ring_ranks(fabric: Fabric) -> list[str]:
+    """Ring order that follows the fabric: on a torus, neighbours one switch hop apart."""
+    if fabric.kind == "torus":
+        return snake_order(fabric)
+    return [h.name for h in fabric.hosts]  # fabric order: neighbours share a leaf/edge switch
+
+
+def placed_ranks(sc: Scenario, fabric: Fabric) -> list[str]:
+    """Every host as a rank, in the order workload.placement asks for."""
+    p = sc.workload.placement
+    if p == "fabric":
+        if sc.workload.type in ("torus2d_allreduce", "pipeline") and fabric.kind == "torus":
+            # the torus's own grid, rows along its first dimension
+            return [h.name for h in sorted(fabric.hosts, key=lambda h: (tuple(reversed(h.coord)), h.name))]
+        return ring_ranks(fabric)
+    ranks = [h.name for h in fabric.hosts]
+    if p == "random":
+        random.Random(sc.run.seed).shuffle(ranks)
+    return ranks
+
+
+def grid_width(sc: Scenario, fabric: Fabric) -> int:
+    """Ranks per row of torus2d_allreduce's grid."""
+    if sc.workload.grid_x:
+        return sc.workload.grid_x
+    n = len(fabric.hosts)
+    if sc.workload.placement == "fabric" and fabric.kind == "torus":
+        hosts_per_switch = n // math.prod(fabric.dims)
+        return fabric.dims[0] * hosts_per_switch
+    return max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+
+
+def pipeline_job(sc: Scenario) -> PipelineJob:
+    w = sc.workload
+    act, grads = model_bytes(w.micro_batch_size, w.seq_len, w.hidden, w.bytes_per_element, w.tp, w.layers_per_stage)
+    return PipelineJob(pp=w.pp, dp=w.dp, microbatches=w.microbatches,
+                       activation_bytes=max(1, round(act * w.bytes_scale)),
+                       grad_bytes_per_stage=max(1, round(grads * w.bytes_scale)),
+                       fwd_ns=round(w.fwd_compute_ms * w.time_scale * 1e6),
+                       bwd_ns=round(w.bwd_compute_ms * w.time_scale * 1e6))
+
+
+
+
+def trace_path(sc: Scenario) -> Path:
+    p = Path(sc.workload.trace)
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+def trace_ranks(sc: Scenario, path: Path) -> int:
+    if sc.workload.type == "chakra":
+        return len(chakra_files(path))
+    return read_simai(path).params["all_gpus"]
+
+
+def trace_messages(sc: Scenario, hosts: list[str], where: str = "") -> tuple[list[str], list[Message]]:
+    """The trace's ranks placed on the first hosts of the placement, and its messages."""
+    w = sc.workload
+    if not w.trace:
+        raise InputError(where, "workload.trace", f"{w.type} needs a trace")
+    path = trace_path(sc)
+    if not path.exists():
+        raise InputError(where, "workload.trace", f"{path} does not exist")
+    n = trace_ranks(sc, path)
+    if n > len(hosts):
+        raise InputError(where, "workload.trace", f"{path.name} has {n} ranks, the fabric {len(hosts)} hosts")
+    ranks = hosts[:n]
+    if w.type == "chakra":
+        return ranks, chakra_messages(path, ranks, w.bytes_scale, w.time_scale, w.collective_algorithm, w.iterations)
+    return ranks, simai_messages(path, ranks, w.bytes_scale, w.time_scale, w.collective_algorithm, w.iterations)
+
+
+COLLECTIVES = {"halving_doubling": halving_doubling_allreduce, "allgather": ring_allgather,
+               "reducescatter": ring_reducescatter, "alltoall": all_to_all}
+
+
+def incast_parties(sc: Scenario, fabric: Fabric) -> tuple[str, list[str]]:
+    hosts = [h.name for h in fabric.hosts]
+    receiver = sc.workload.receiver or hosts[0]
+    at = hosts.index(receiver)
+    others = hosts[at + 1:] + hosts[:at]
+    return receiver, others[:sc.workload.senders]
+
+
+def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Message]]:
+    """Ranks (the collective's hosts, in order) and every message: the collective's, then any
+    background bulk and victim traffic."""
+    w = sc.workload
+    if w.type == "ring_allreduce":
+        ranks = placed_ranks(sc, fabric)
+        msgs = ring_allreduce(ranks, w.bytes_per_rank, w.iterations)
+    elif w.type in COLLECTIVES:
+        ranks = placed_ranks(sc, fabric)
+        msgs = COLLECTIVES[w.type](ranks, w.bytes_per_rank, w.iterations)
+    elif w.type == "pipeline":
+        # replica d takes ranks d*pp .. d*pp + pp - 1 (on a torus with placement fabric: a row along
+        # the first dimension, so stages are neighbours and a stage's replicas share a column)
+        ranks = placed_ranks(sc, fabric)[:w.pp * w.dp]
+        msgs = pipeline_step(pipeline_job(sc), [ranks[d * w.pp:(d + 1) * w.pp] for d in range(w.dp)], w.iterations)
+    elif w.type in ("chakra", "simai"):
+        ranks, msgs = trace_messages(sc, placed_ranks(sc, fabric))
+    elif w.type == "torus2d_allreduce":
+        ranks = placed_ranks(sc, fabric)
+        x = grid_width(sc, fabric)
+        msgs = torus2d_allreduce([ranks[i:i + x] for i in range(0, len(ranks), x)], w.bytes_per_rank, w.iterations)
+    elif w.type == "shift":
+        ranks = [h.name for h in fabric.hosts]
+        msgs = shift_permutation(ranks, w.bytes_per_rank, w.shift, w.iterations)
+    elif w.type == "incast":
+        receiver, senders = incast_parties(sc, fabric)
+        ranks = senders
+        msgs = incast(receiver, senders, w.bytes_per_rank, w.iterations)
+    else:
+        raise ValueError(f"unknown workload type {w.type}")
+    hosts = [h.name for h in fabric.hosts]
+    if w.bulk_shift:
+        pairs = [(h, hosts[(i + w.bulk_shift) % len(hosts)]) for i, h in enumerate(hosts)]
+        msgs += background(len(msgs), pairs, w.bulk_bytes, "bulk")
+    if w.victim:
+        src, dst = w.victim.split(">")
+        msgs += background(len(msgs), [(src, dst)], w.victim_bytes, "victim")
+    return ranks, msgs
+
+
+def message_flows(messages: list[Message], channels: int = 1) -> tuple[list[tuple[str, str, str, int]], list[int]]:
+    """Queue pairs and each message's: one QP per (src, dst, tag, channel) that carries messages, in
+    first-use order, and the flow index of every message (-1 for compute). Messages between the same
+    two hosts of one kind take the channels in turn, as NCCL spreads its work over channels; each
+    QP sends its messages one after another (RC order)."""
+    ids: dict[tuple[str, str, str, int], int] = {}
+    turn: dict[tuple[str, str, str], int] = {}
+    of_msg = []
+    for m in messages:
+        if m.op == "compute":
+            of_msg.append(-1)
+            continue
+        pair = (m.src, m.dst, m.tag)
+        ch = turn.get(pair, 0)
+        turn[pair] = (ch + 1) % channels
+        of_msg.append(ids.setdefault((*pair, ch), len(ids)))
+    return list(ids), of_msg
+
+
+def flow_marking(sc: Scenario, fabric: Fabric, src: str, tag: str) -> tuple[int, bool]:
+    """(DSCP, ECT) of a flow's data packets."""
+    w = sc.workload
+    if tag == "bulk":
+        return w.bulk_dscp, w.ect
+    ect = w.ect
+    if tag == "collective" and w.type == "incast" and w.not_ect_senders:
+        _, senders = incast_parties(sc, fabric)
+        ect = ect and src not in senders[len(senders) - w.not_ect_senders:]
+    return w.dscp, ect
+
+
+def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids: dict[str, int],
+                out_dir: str) -> dict:
+    flows, msg_flow = message_flows(messages, sc.transport.channels)
+    used = {h for f in flows for h in f[:2]}  # hosts with only compute need no socket
+    cls = qos.class_of_dscp(sc)
+    flow_specs = []
+    for i, (s, d, tag, ch) in enumerate(flows):
+        dscp, ect = flow_marking(sc, fabric, s, tag)
+        flow_specs.append({"id": i, "src": s, "dst": d, "tag": tag, "channel": ch, "dscp": dscp, "ect": ect,
+                           "class": cls[dscp]})
+    return {
+        "out_dir": out_dir,
+        "payload_bytes": sc.workload.payload_bytes,
+        "time_limit_s": sc.run.time_limit_s,
+        "transport": dataclasses.asdict(sc.transport),
+        "dcqcn": dataclasses.asdict(sc.dcqcn),
+        "stall_timeout_s": sc.run.stall_timeout_s,
+        "nic_lead_ns": nic_lead_ns(sc),
+        "hosts": [{"name": h.name, "pid": host_pids[h.name], "ifname": h.intf, "mac": h.mac, "ip": h.ip,
+                   "bw_bps": sc.fabric.bw_mbps * 1e6} for h in fabric.hosts if h.name in used],
+        "flows": flow_specs,
+        "messages": [[m.id, f, m.bytes, list(m.deps), m.duration_ns] for m, f in zip(messages, msg_flow)],
+    }
+
+
+def nic_lead_ns(sc: Scenario) -> int:
+    """The lead each host NIC class keeps queued: transport.nic_lead_us, but never more than its
+    smallest class buffer less two frames (a deeper lead would be refused by the NIC's queue), and
+    with DCQCN never more than a quarter of its (dilated) rate-increase period: a rate change
+    reaches the wire only behind the lead, which a real NIC's per-QP limiter does not wait for
+    (measured on dcqcn-incast, 2 senders: Jain 0.946-0.973 with a 5 ms lead, 0.988-1.0 with 1 ms)."""
+    frame = qos.frame_bytes(sc)
+    buffer = min(c.buffer_bytes or sc.fabric.queue_limit_bytes for c in sc.classes)
+    link_bps = sc.fabric.bw_mbps * 1e6
+    fits_ns = max(0, buffer - 2 * frame) * 8e9 / link_bps
+    lead = min(sc.transport.nic_lead_us * 1e3, fits_ns)
+    if sc.transport.cc == "dcqcn":
+        lead = min(lead, dcqcn_params(dataclasses.asdict(sc.dcqcn), link_bps)["rate_increase_timer_ns"] / 4)
+    return int(lead)
