@@ -35,11 +35,11 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import agent_speed, scenarios
-from testbed.run import probe
 from testbed.errors import Busy, InputError, RunFailed
-from testbed.traffic.packets import HEADER_BYTES
+from testbed.run import probe
 from testbed.run.state import RunLock
 from testbed.runfolder import RunFolder
+from testbed.traffic.packets import HEADER_BYTES
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 BENCHES = ("capacity", "collective", "agent", "bringup", "telemetry", "flagship")

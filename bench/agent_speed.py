@@ -20,11 +20,11 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from testbed.run.netns import netns_of
-from testbed.traffic.packets import DataTemplate, HEADER_BYTES
+from testbed.fabric.netns import netns_of
 from testbed.run.procs import ManagedProcess, wait_until
 from testbed.runfolder import RunFolder
 from testbed.scenario import DcqcnSpec, TransportSpec
+from testbed.traffic.packets import DataTemplate, HEADER_BYTES
 
 PAYLOAD = 4096
 ETH_P_IP = 0x0800

@@ -28,9 +28,9 @@ from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
 from controllers.flows import (add_select_group, barrier, delete_flows, delete_groups, install_ingress_tags,
                                install_rule)
+from controllers.route_events import EventRoutesChanged
 from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for
 from testbed.fabric.qos import switch_port_slots
-from controllers.route_events import EventRoutesChanged
 from testbed.fabric.routing import compute_routes
 
 

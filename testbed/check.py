@@ -14,8 +14,8 @@ from testbed.fabric import bpfmaps
 
 from testbed.run import probe
 
-from testbed.fabric import qos
 from testbed.analysis.bounds import planned_bound
+from testbed.fabric import qos
 from testbed.fabric.routing import compute_routes
 from testbed.scenario import Scenario, build_fabric
 from testbed.traffic.workload import build_messages

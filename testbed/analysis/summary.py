@@ -33,8 +33,8 @@ from testbed.analysis.hosts import host_fidelity, nic_queues
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.tables import NO_SINGLE_S, RunInputs, Tables, pct, write_table
 from testbed.analysis.transport import time_dilation, transport_summary
-from testbed.regress.baselines import check_expectations
 from testbed.paths import PROJECT_ROOT
+from testbed.regress.baselines import check_expectations
 from testbed.runfolder import RunFolder
 from testbed.scenario import DcqcnSpec, Scenario
 from testbed.traffic.collectives import busbw_factor

@@ -42,7 +42,7 @@ from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
 from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
 
 from testbed.fabric.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
-from testbed.run.netns import netns_of
+from testbed.fabric.netns import netns_of
 from testbed.fabric.pfc import Pause, PfcState, Resume
 from testbed.fabric.qos import QueueProfile, find_cycle, queue_key
 from testbed.records import TELEMETRY

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.paths import BUILD_DIR
 from testbed.errors import RunFailed
+from testbed.paths import BUILD_DIR
 
 SOURCE = Path(__file__).with_name("bpf") / "port_qos.bpf.c"
 OBJECT = BUILD_DIR / "port_qos.bpf.o"

@@ -13,6 +13,7 @@ import re
 import subprocess
 import time
 from functools import partial
+from typing import TYPE_CHECKING
 
 from mininet.link import Link
 from mininet.log import setLogLevel
@@ -22,10 +23,13 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import RunFailed
-from topologies.mn_adapter import to_mininet_topo
+from testbed.fabric.ovs import existing_bridges, wait_for_inflight_commands
 from testbed.fabric.ports import PortConfig, PortManager
-from testbed.run.state import RunRecord, existing_bridges, wait_for_inflight_commands
+from topologies.mn_adapter import to_mininet_topo
 from topologies.model import Fabric
+
+if TYPE_CHECKING:   # the run's record of what it made: the runner's, handed in (no import of the run)
+    from testbed.run.state import RunRecord
 
 
 class ListeningController(RemoteController):

@@ -28,7 +28,7 @@ from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.fabric.bpfmaps import MAX_CLASSES, PortQosObject
-from testbed.run.netns import netns_of
+from testbed.fabric.netns import netns_of
 from testbed.fabric.qos import PortLayout, switch_port_slots
 from testbed.fabric.steering import run_helper
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from testbed.fabric.routing import RouteTable, next_vc
-from testbed.scenario.schema import ClassSpec, Scenario
 from testbed.wire import HEADER_BYTES
 from topologies.model import Fabric
+
+if TYPE_CHECKING:   # the policy is made from a loaded scenario, whose loader checks it against this module
+    from testbed.scenario.schema import ClassSpec, Scenario
 
 # HTB needs a guaranteed rate per class; under strict priority it is this share of the link.
 STRICT_GUARANTEE = 0.001

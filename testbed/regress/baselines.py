@@ -7,8 +7,8 @@ import operator
 import os
 from pathlib import Path
 
+from testbed.metrics import DERIVED, TRACKED, Tolerance, metric_class, tolerance_of  # noqa: F401 (also regress's API)
 from testbed.paths import PROJECT_ROOT
-from testbed.regress.metrics import DERIVED, TRACKED, Tolerance, metric_class, tolerance_of  # noqa: F401 (also regress's API)
 
 BASELINE_VERSION = 1
 BASELINE_DIR = Path(os.environ.get("TESTBED_BASELINE_DIR", PROJECT_ROOT / "baselines"))

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from testbed.regress import baselines as regress
 from testbed.fabric.qos import class_of_dscp
+from testbed.regress import baselines as regress
 from testbed.scenario import Scenario, build_fabric
 from testbed.traffic.workload import build_messages
 

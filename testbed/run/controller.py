@@ -6,8 +6,8 @@ import socket
 import sys
 from pathlib import Path
 
-from testbed.paths import PROJECT_ROOT
 from testbed.errors import RunFailed
+from testbed.paths import PROJECT_ROOT
 from testbed.run.procs import ManagedProcess, WaitFailed, tcp_listening, wait_until
 
 LISTEN_HOST = "127.0.0.1"

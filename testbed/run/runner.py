@@ -15,22 +15,22 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.paths import PROJECT_ROOT
 from testbed.fabric import bpfmaps
+from testbed.paths import PROJECT_ROOT
 
 from testbed.run import probe
 
+from testbed.errors import RunFailed
 from testbed.fabric import qos
+from testbed.fabric.net import EmulatedFabric
+from testbed.fabric.ports import PortConfig, leaf_minor
 from testbed.run.capture import HostCaptures
 from testbed.run.controller import Controller
 from testbed.run.cpu import CpuMeter
-from testbed.errors import RunFailed
-from testbed.fabric.net import EmulatedFabric
 from testbed.run.faults import FaultInjector
-from testbed.fabric.ports import PortConfig, leaf_minor
 from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
-from testbed.runfolder import RunFolder
 from testbed.run.state import RunLock, RunRecord, clean_stale
+from testbed.runfolder import RunFolder
 from testbed.scenario import Scenario, build_fabric
 from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import InputError
-from testbed.regress.metrics import DERIVED, TRACKED, tolerance_of
+from testbed.metrics import DERIVED, TRACKED, tolerance_of
 from testbed.scenario.schema import (DEFAULT_CLASSES, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION, SECTIONS,
                                      TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ExpectSpec, FaultSpec, PolicyChangeSpec,
                                      Scenario, ToleranceSpec, build_fabric)
+from testbed.traffic.workload import grid_width, trace_messages
 from testbed.units import parse_bytes
 from testbed.wire import HEADER_BYTES
-from testbed.traffic.workload import grid_width, trace_messages
 
 SCENARIO_DIR = Path(os.environ.get("TESTBED_SCENARIO_DIR", Path(__file__).resolve().parents[2] / "scenarios"))
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")

@@ -277,7 +277,7 @@ class ExpectSpec:
 
 @dataclass(frozen=True)
 class ToleranceSpec:
-    metric: str = spec("", "a metric the regression baseline tracks (testbed/regress/metrics.py TRACKED), as a "
+    metric: str = spec("", "a metric the regression baseline tracks (testbed/metrics.py TRACKED), as a "
                        "dotted path (e.g. transport.steady_state.bottleneck_queue.p99_bytes)", "str")
     rel: float = spec(0.0, "how far it may move the wrong way from its baseline, relative", "float", 0.0, 100.0)
     abs: float = spec(0.0, "or absolute, whichever is larger", "float", 0.0, 1e15)

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.fabric.netns import netns_of
+from testbed.runfolder import RunFolder
 from testbed.traffic import nic
-from testbed.run.netns import netns_of
 from testbed.traffic.packets import (MESSAGE_END_FILTER, PAYLOAD_HEADER_LEN, RC_SEND_ONLY, ROCE_SOCKET_FILTER,
                                      ROCE_UDP_PORT, AckTemplate, CnpTemplate, DataTemplate)
 from testbed.traffic.transport import dcqcn_params
-from testbed.runfolder import RunFolder
 
 ETH_P_IP = 0x0800
 ETH_P_ALL = 0x0003

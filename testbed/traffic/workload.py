@@ -5,19 +5,22 @@ import dataclasses
 import math
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from testbed.paths import PROJECT_ROOT
+from testbed.errors import InputError
 from testbed.fabric import qos
-from testbed.traffic.transport import dcqcn_params
+from testbed.paths import PROJECT_ROOT
 from testbed.traffic.collectives import (Message, all_to_all, background, halving_doubling_allreduce, incast,
                                          ring_allgather, ring_allreduce, ring_reducescatter, shift_permutation,
                                          torus2d_allreduce)
-from testbed.errors import InputError
 from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step
-from testbed.scenario.schema import Scenario
 from testbed.traffic.traces import chakra_files, chakra_messages, read_simai, simai_messages
+from testbed.traffic.transport import dcqcn_params
 from topologies.model import Fabric
 from topologies.torus import snake_order
+
+if TYPE_CHECKING:   # plans are made from a loaded scenario; the loader asks these planners whether it can be planned
+    from testbed.scenario.schema import Scenario
 
 
 def ring_ranks(fabric: Fabric) -> list[str]:

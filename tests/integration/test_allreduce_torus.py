@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from helpers import SMALL, assert_ran, bridges, fabric_interfaces, run_dirs, run_testbed, summary_of
-from testbed.traffic.packets import HEADER_BYTES
 from testbed.records import read_engine_progress
+from testbed.traffic.packets import HEADER_BYTES
 
 pytestmark = pytest.mark.root
 

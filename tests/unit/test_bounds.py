@@ -6,9 +6,9 @@ from graphlib import TopologicalSorter
 import pytest
 
 from testbed.analysis.bounds import dag_bound, duration_s
+from testbed.scenario import load_scenario
 from testbed.traffic.collectives import Message
 from testbed.traffic.pipeline import PipelineJob, pipeline_step
-from testbed.scenario import load_scenario
 from testbed.traffic.workload import pipeline_job
 
 B = 100e6

@@ -6,8 +6,8 @@ import socket
 import threading
 import time
 
-from testbed.fabric.qos import QueueProfile
 from testbed.fabric.agent import ControllerLink
+from testbed.fabric.qos import QueueProfile
 
 
 def test_a_policy_split_over_many_reads_arrives_whole():

@@ -5,8 +5,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from testbed.traffic.collectives import data_flow
 from testbed.errors import InputError
+from testbed.traffic.collectives import data_flow
 from testbed.traffic.traces import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, TraceError, chakra_messages,
                                     read_chakra, read_simai, simai_messages)
 

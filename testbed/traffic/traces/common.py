@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.errors import InputError
 from testbed.traffic.collectives import (Message, all_to_all, halving_doubling_allreduce, ring_allgather, ring_allreduce,
                                          ring_reducescatter)
-from testbed.errors import InputError
 
 
 class TraceError(InputError):
