@@ -25,6 +25,7 @@ from testbed.run.procs import ManagedProcess, wait_until
 from testbed.runfolder import RunFolder
 from testbed.scenario import DcqcnSpec, TransportSpec
 from testbed.traffic.packets import DataTemplate, HEADER_BYTES
+from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
 
 PAYLOAD = 4096
 ETH_P_IP = 0x0800
@@ -123,16 +124,15 @@ def engine_run(pair: VethPair, workdir: Path, rate_bps: float, seconds: float) -
     nbytes = int(rate_bps / 8 * seconds * PAYLOAD / frame) // PAYLOAD * PAYLOAD
     pair.shape(rate_bps, 2 * frame)
     transport = TransportSpec()
-    plan = {"out_dir": str(out), "payload_bytes": PAYLOAD, "time_limit_s": seconds * 10 + 10,
-            "nic_lead_ns": int(transport.nic_lead_us * 1e3),
-            "transport": dataclasses.asdict(transport), "dcqcn": dataclasses.asdict(DcqcnSpec()),
-            "stall_timeout_s": 3.0,
-            "hosts": [{"name": f"h{i}", "pid": pid, "ifname": name, "mac": mac, "ip": ip, "bw_bps": rate_bps}
-                      for i, (pid, name, mac, ip) in enumerate(zip(pair.pids, pair.ifnames, MACS, IPS))],
-            "flows": [{"id": 0, "src": "h0", "dst": "h1", "tag": "collective", "dscp": 26, "ect": True,
-                       "class": 0}],
-            "messages": [[0, 0, nbytes, [], 0]]}
-    rf.engine_plan.write_text(json.dumps(plan))
+    plan = EnginePlan(
+        out_dir=str(out), payload_bytes=PAYLOAD, time_limit_s=seconds * 10 + 10, stall_timeout_s=3.0,
+        nic_lead_ns=int(transport.nic_lead_us * 1e3), transport=dataclasses.asdict(transport),
+        dcqcn=dataclasses.asdict(DcqcnSpec()),
+        hosts=tuple(HostSpec(name=f"h{i}", pid=pid, ifname=name, mac=mac, ip=ip, bw_bps=rate_bps)
+                    for i, (pid, name, mac, ip) in enumerate(zip(pair.pids, pair.ifnames, MACS, IPS))),
+        flows=(FlowSpec(id=0, src="h0", dst="h1", tag="collective", channel=0, dscp=26, ect=True, cls=0),),
+        messages=(MessageSpec(id=0, flow=0, bytes=nbytes, deps=()),))
+    rf.engine_plan.write_text(json.dumps(plan.to_json()))
     eng = ManagedProcess("engine", [sys.executable, "-m", "testbed.traffic.engine", str(rf.engine_plan)],
                          out / "engine.log", cwd=str(Path(__file__).resolve().parent.parent))
     with eng:

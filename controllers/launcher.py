@@ -1,14 +1,16 @@
 """Launch os-ken with the testbed's apps (os-ken 4.x has no manager command).
 
     python -m controllers.launcher --port 16653 --app proactive_routing --app qos_policy \
-        --fabric fabric.json --events events.jsonl [--param routing=dimension_order]
+        --fabric fabric.json --scenario scenario.json --events events.jsonl [--param agent_socket=NAME]
 
-The OpenFlow listener binds to 127.0.0.1 only. Apps receive a ``testbed`` context with the
-fabric, their parameters and the event log.
+The OpenFlow listener binds to 127.0.0.1 only. Apps receive a ``testbed`` context: the fabric, the
+resolved scenario (loaded once, here: every app reads its settings from it, the one channel they
+share), the event log, and the run's wiring parameters (the agent's socket name).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -16,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from controllers.events import EventLog
+from testbed.scenario import Scenario
 from topologies.model import Fabric
 
 LISTEN_HOST = "127.0.0.1"
@@ -25,6 +28,7 @@ APPS = ("proactive_routing", "qos_policy")
 @dataclass
 class AppSettings:
     fabric: Fabric
+    scenario: Scenario
     events: EventLog
     params: dict = field(default_factory=dict)
 
@@ -34,6 +38,7 @@ def parse_args(argv):
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--app", choices=APPS, action="append", required=True, help="an app to run (repeatable)")
     ap.add_argument("--fabric", required=True, help="fabric description (JSON, topologies.model)")
+    ap.add_argument("--scenario", required=True, help="the resolved scenario (JSON, Scenario.to_dict)")
     ap.add_argument("--events", required=True, help="event log to append to (JSON lines)")
     ap.add_argument("--param", action="append", default=[], help="app parameter key=value")
     return ap.parse_args(argv)
@@ -52,8 +57,10 @@ def main(argv=None) -> int:
     with open(args.fabric) as f:
         fabric = Fabric.from_json(f.read())
     events = EventLog(args.events)
+    with open(args.scenario) as f:
+        scenario = Scenario.from_dict(json.load(f))
     params = dict(p.split("=", 1) for p in args.param)
-    settings = AppSettings(fabric=fabric, events=events, params=params)
+    settings = AppSettings(fabric=fabric, scenario=scenario, events=events, params=params)
 
     def stop(signum, _frame):
         events.write("controller_stopped", signal=signum)

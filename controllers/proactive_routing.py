@@ -9,11 +9,12 @@ per switch confirms its routes are in; when every switch has confirmed, the app 
 that link, reinstalls only the destinations whose next hops changed, and logs ``reroute_done``
 once every affected switch has confirmed with a barrier.
 
-Under PFC's ingress rule (ingress_tags=1) table 0 tags every IPv4 frame with its ingress port
+Under PFC's ingress rule table 0 tags every IPv4 frame with its ingress port
 (controllers.rules.ingress_tags) and the routes go in table 1.
 
-Parameters (launcher --param): routing=dimension_order|shortest_path|ecmp|dmodk,
-dateline=0|1, vc_dscp=<class dscp>:<channel-1 dscp>[,...], ingress_tags=0|1.
+Its settings come from the resolved scenario the launcher hands every app: controller.routing
+(dimension_order, shortest_path, ecmp, dmodk), controller.dateline with controller.vc1_dscp (the
+workload's DSCP after the dateline), and qos.pfc_accounting (ingress: the tags).
 """
 from __future__ import annotations
 
@@ -48,14 +49,6 @@ def logged_errors(handler):
     return wrapper
 
 
-def parse_vc_dscp(text: str) -> dict[int, int]:
-    out = {}
-    for pair in filter(None, text.split(",")):
-        c0, c1 = pair.split(":")
-        out[int(c0)] = int(c1)
-    return out
-
-
 class ProactiveRouting(app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION, ofproto_v1_5.OFP_VERSION]
     _EVENTS = [EventRoutesChanged]   # published on every reroute, to the apps that depend on routes
@@ -64,11 +57,13 @@ class ProactiveRouting(app_manager.OSKenApp):
         super().__init__(*args, **kwargs)
         self.event_log = testbed.events
         self.fabric = testbed.fabric
-        params = testbed.params
-        self.routing = params.get("routing", "dimension_order" if self.fabric.kind == "torus" else "ecmp")
-        self.dateline = params.get("dateline", "0") == "1"
-        self.vc_dscp = parse_vc_dscp(params.get("vc_dscp", "")) if self.dateline else {}
-        self.ingress_tags = params.get("ingress_tags", "0") == "1"
+        sc = testbed.scenario
+        self.routing = sc.controller.routing
+        self.dateline = sc.controller.dateline
+        # after the dateline the workload's DSCP moves to the second virtual channel's
+        self.vc_dscp = {sc.workload.dscp: sc.controller.vc1_dscp} if self.dateline else {}
+        # under the ingress rule every switch tags a frame with the port it entered by
+        self.ingress_tags = sc.qos.pfc and sc.qos.pfc_accounting == "ingress"
         self.route_table = ROUTE_TABLE if self.ingress_tags else 0
         self.slots = switch_port_slots(self.fabric) if self.ingress_tags else {}
         self.down_links: frozenset = frozenset()

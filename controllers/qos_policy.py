@@ -13,23 +13,24 @@ firings) to the controller's event log. The scenario's [[policy_changes]] are it
 decisions: at each change's time after traffic starts it recomputes the policy and sends the
 queues that changed.
 
-Parameters: scenario=<resolved scenario JSON>, agent_socket=<abstract socket name>, routing=...
+The scenario comes from the launcher (the resolved scenario both apps read); parameters:
+agent_socket=<abstract socket name>.
 """
 from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 import traceback
 
 from os_ken.base import app_manager
 from os_ken.controller.handler import set_ev_cls
+from os_ken.lib import hub
 
 from controllers.route_events import EventRoutesChanged
 from testbed.fabric import qos
+from testbed.fabric.agent_link import PolicyMessage, PolicyUpdate, TrafficStarted, decode, encode
 from testbed.fabric.routing import compute_routes
-from testbed.scenario import Scenario
 
 ACCEPT_TIMEOUT_S = 600.0
 
@@ -40,8 +41,7 @@ class QosPolicy(app_manager.OSKenApp):
         self.event_log = testbed.events
         self.fabric = testbed.fabric
         params = testbed.params
-        with open(params["scenario"]) as f:
-            self.sc = Scenario.from_dict(json.load(f))
+        self.sc = testbed.scenario   # the launcher's, which the routing app reads too
         # the routes at start, as the routing app computes them; its EventRoutesChanged replaces them
         self.table = compute_routes(self.fabric, self.sc.controller.routing)
         self._new_routes = None   # from the app's event thread to the agent link's thread
@@ -50,22 +50,22 @@ class QosPolicy(app_manager.OSKenApp):
         self.listener.bind("\0" + params["agent_socket"])
         self.listener.listen(1)
         self.policy = None
-        threading.Thread(target=self._serve, name="qos-policy", daemon=True).start()
+        hub.spawn(self._serve)   # the agent link: os-ken's thread, which logs what kills it
 
-    def _send(self, conn, msg: dict) -> None:
-        conn.sendall((json.dumps(msg) + "\n").encode())
+    def _send(self, conn, msg) -> None:
+        conn.sendall(encode(msg))
 
     def _serve(self) -> None:
         try:
             self.listener.settimeout(ACCEPT_TIMEOUT_S)
             conn, _ = self.listener.accept()
             self.policy = qos.policy(self.sc, self.fabric, self.table)
-            self._sent_pause_map = self.policy["pause_map"]
-            self._send(conn, {"type": "policy", **self.policy})
+            self._sent_pause_map = self.policy.pause_map
+            self._send(conn, PolicyMessage(self.policy))
             self.event_log.write("qos_policy_sent", scheduling=self.sc.qos.scheduling,
-                                 classes=[c.name for c in self.sc.classes], queues=len(self.policy["queues"]),
-                                 ecn_queues=sum(q["ecn_on"] for q in self.policy["queues"].values()),
-                                 pfc_queues=len(self.policy["pause_map"]))
+                                 classes=[c.name for c in self.sc.classes], queues=len(self.policy.queues),
+                                 ecn_queues=sum(q.ecn_on for q in self.policy.queues.values()),
+                                 pfc_queues=len(self.policy.pause_map))
             self._listen(conn)
         except Exception as e:  # the runner fails the run on an app_error
             self.event_log.write("app_error", handler="qos_policy", error=repr(e), traceback=traceback.format_exc())
@@ -86,11 +86,10 @@ class QosPolicy(app_manager.OSKenApp):
                 pass
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                msg = json.loads(line)
-                kind = msg.pop("type")
-                if kind == "traffic_started":
-                    started_ns = msg["t_ns"]
-                self.event_log.write(f"qos_{kind}", **msg)
+                msg = decode(json.loads(line))
+                if isinstance(msg, TrafficStarted):
+                    started_ns = msg.t_ns
+                self.event_log.write(f"qos_{msg.TYPE}", **msg.body())
             while pending and started_ns is not None and \
                     time.monotonic_ns() - started_ns >= pending[0].at_s * 1e9:
                 self._change(conn, pending.pop(0))
@@ -111,22 +110,20 @@ class QosPolicy(app_manager.OSKenApp):
         new = qos.policy(self.sc, self.fabric, self.table)
         self._send_changes(conn, new)
         self.event_log.write("qos_routes_changed", down_links=list(down_links),
-                             pause_map_changed=new["pause_map"] != self._sent_pause_map,
-                             lossless_queues=len(new["pause_map"]))
-        self._sent_pause_map = new["pause_map"]
+                             pause_map_changed=new.pause_map != self._sent_pause_map,
+                             lossless_queues=len(new.pause_map))
+        self._sent_pause_map = new.pause_map
 
-    def _send_changes(self, conn, new: dict) -> int:
+    def _send_changes(self, conn, new: qos.PortPolicy) -> int:
         """What differs from the policy the agent has, as one update; how many queues changed."""
-        changed = {k: v for k, v in new["queues"].items() if self.policy["queues"].get(k) != v}
-        msg = {"type": "update", "queues": changed}
-        if new["pause_map"] != self.policy["pause_map"]:
-            msg["pause_map"] = new["pause_map"]
-        if new["ingress"] != self.policy["ingress"]:
-            msg["ingress"] = new["ingress"]  # whole: the agent replaces its ingress thresholds
-        self.policy = new
-        if changed or "pause_map" in msg or "ingress" in msg:
+        old, self.policy = self.policy, new
+        msg = PolicyUpdate(queues={k: v for k, v in new.queues.items() if old.queues.get(k) != v},
+                           pause_map=new.pause_map if new.pause_map != old.pause_map else None,
+                           # whole: the agent replaces its ingress thresholds
+                           ingress=new.ingress if new.ingress != old.ingress else None)
+        if msg.queues or msg.pause_map is not None or msg.ingress is not None:
             self._send(conn, msg)
-        return len(changed)
+        return len(msg.queues)
 
     def _change(self, conn, change) -> None:
         self.sc = self.sc.with_class_change(change.class_name, change.field, change.value)

@@ -71,15 +71,15 @@ def describe(sc: Scenario) -> dict:
     }
     if sc.qos.pfc:
         pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
-        if pol["pfc_accounting"] == "ingress":
-            xoff = [t["xoff_bytes"] for t in pol["ingress"].values()]
-            xon = [t["xon_bytes"] for t in pol["ingress"].values()]
+        if pol.pfc_accounting == "ingress":
+            xoff = [t.xoff_bytes for t in pol.ingress.values()]
+            xon = [t.xon_bytes for t in pol.ingress.values()]
         else:
-            rows = [pol["queues"][k] for k in pol["pause_map"]]
-            xoff = [q["xoff_bytes"] for q in rows]
-            xon = [q["xon_bytes"] for q in rows]
-        out["qos"]["pfc_rule"] = pol["pfc_accounting"]
-        out["qos"]["lossless_queues"] = len(pol["pause_map"])
+            rows = [pol.queues[k] for k in pol.pause_map]
+            xoff = [q.xoff_bytes for q in rows]
+            xon = [q.xon_bytes for q in rows]
+        out["qos"]["pfc_rule"] = pol.pfc_accounting
+        out["qos"]["lossless_queues"] = len(pol.pause_map)
         out["qos"]["xoff_bytes"] = [min(xoff), max(xoff)] if xoff else None
         out["qos"]["xon_bytes"] = [min(xon), max(xon)] if xon else None
     return out

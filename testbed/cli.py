@@ -15,7 +15,7 @@ from rich.table import Table
 
 import signal
 
-from testbed.errors import Busy, InputError, RunFailed, Terminated, raise_terminated
+from testbed.errors import Busy, InputError, RunFailed, Terminated, on_signal
 from testbed.runfolder import RunFolder
 
 # Logs and CI capture output without a terminal, where rich would fold tables at 80 columns.
@@ -331,8 +331,8 @@ def cmd_clean(_args) -> int:
 def main(argv=None) -> int:
     # First thing: Ctrl-C and SIGTERM unwind whatever has started (a shell that starts us in the
     # background would otherwise have us ignore SIGINT).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     ap = argparse.ArgumentParser(prog="testbed")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run", help="run a scenario from scenarios/")

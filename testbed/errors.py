@@ -1,4 +1,8 @@
 """Errors users can act on. InputError means bad input: exit code 2, nothing started."""
+from __future__ import annotations
+
+import signal
+import sys
 
 
 class InputError(Exception):
@@ -23,8 +27,25 @@ class Terminated(KeyboardInterrupt):
     exit_code = 143
 
 
-def raise_terminated(_signum, _frame):
-    raise Terminated("terminated by SIGTERM")
+_pending: BaseException | None = None
+
+
+def on_signal(signum, _frame):
+    """SIGINT and SIGTERM: raise KeyboardInterrupt or Terminated at once, so that every context
+    manager unwinds, and remember it. Python runs the handler wherever the main thread is, and a
+    raise inside a finalizer, a weakref callback or a library's catch-all is printed and dropped
+    (a CI run's killed run went on to finish); raise_pending raises it again at the next wait."""
+    global _pending
+    exc = Terminated("terminated by SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+    _pending = exc
+    raise exc
+
+
+def raise_pending() -> None:
+    """Raise the interrupt that was signalled if nothing is unwinding from it: called between the
+    steps of a wait, outside any exception handling (cleanup runs inside it, and must finish)."""
+    if _pending is not None and sys.exc_info()[1] is None:
+        raise _pending
 
 
 class Busy(Exception):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 from testbed import scenario as S
 from testbed.paths import PROJECT_ROOT

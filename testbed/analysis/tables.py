@@ -164,7 +164,7 @@ def add_wire_times(msgs: pd.DataFrame, pkts: pd.DataFrame) -> None:
 
 def iteration_messages(msgs: pd.DataFrame, plan: dict, iteration: int) -> list[Message]:
     """One iteration's messages as planned (the schedule and the plan's dependencies)."""
-    deps = {m[0]: tuple(m[3]) for m in plan["messages"]}
+    deps = {m["id"]: tuple(m["deps"]) for m in plan["messages"]}
     return [Message(int(r.msg), iteration, int(r.step), r.src, r.dst, int(r.bytes), deps[int(r.msg)], op=r.op,
                     duration_ns=int(r.duration_ns))
             for r in msgs[msgs["iteration"] == iteration].itertuples()]

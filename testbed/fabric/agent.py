@@ -29,33 +29,27 @@ import json
 import os
 import resource
 import signal
-import socket
-import struct
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from pyroute2 import IPRoute
-from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
-from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
 
+from testbed.fabric.agent_io import InputBacklog, Netlink, PortSockets, htb_class_message, pfc_frame, tbf_message
+from testbed.fabric.agent_link import (Applied, ControllerLink, DeadlockFound, PolicyMessage, PolicyUpdate,
+                                       TelemetrySummary, TrafficStarted, WatchdogFired)
 from testbed.fabric.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
-from testbed.fabric.netns import netns_of
-from testbed.fabric.pfc import Pause, PfcState, Resume
+from testbed.fabric.pfc import Pause, PfcState, Resume, waiting_queues
 from testbed.fabric.qos import QueueProfile, find_cycle, queue_key
-from testbed.records import TELEMETRY
+from testbed.fabric.reconcile import IngressLeaks, StaleDepths, held_bytes
+from testbed.fabric.telemetry import TelemetryWriter
 from testbed.runfolder import RunFolder
 
-NLMSG_ERROR = 2
 DEADLOCK_CHECK_NS = 10_000_000
 FLUSH_NS = 20_000_000
 # 50 Hz: at 200 Hz reading and parsing the 80 sockets cost 0.05 core (measured).
 INPUT_SAMPLE_NS = 20_000_000
 REPORT_NS = 100_000_000  # telemetry summaries to the controller
-# About 16 frames of 4 KB (in truesize): ~5 ms of a 100 Mb/s link waiting unseen in a switch's input.
-INPUT_BUSY_BYTES = 96 * 1024
 MIN_SLEEP_S = 50e-6
 # A resumed leaf keeps its one-frame HTB bucket until the agent's next look (at least this many
 # frame times at its rate): the XON frame runs the port's qdisc, and the first frame it dequeues
@@ -63,198 +57,6 @@ MIN_SLEEP_S = 50e-6
 # Keeping the small bucket longer only adds the slow windows a late kernel timer then cannot
 # catch up (measured on incast-pfc, bench/README.md).
 RESTORE_FRAMES = 0
-
-
-def socket_in(ns_pid: int, family: int) -> socket.socket:
-    """A raw socket of ``family`` opened in a host's namespace (0: this one)."""
-    if not ns_pid:
-        return socket.socket(family, socket.SOCK_RAW, 0)
-    with netns_of(ns_pid):
-        return socket.socket(family, socket.SOCK_RAW, 0)
-
-
-class Netlink:
-    """One rtnetlink socket per namespace; sends prebuilt messages and checks the ack."""
-
-    def __init__(self):
-        self._socks: dict[int, socket.socket] = {}
-        self._buf = bytearray(8192)
-
-    def sock(self, ns_pid: int) -> socket.socket:
-        s = self._socks.get(ns_pid)
-        if s is None:
-            s = socket_in(ns_pid, socket.AF_NETLINK)
-            s.bind((0, 0))
-            self._socks[ns_pid] = s
-        return s
-
-    def request(self, ns_pid: int, msg: bytes) -> None:
-        s = self.sock(ns_pid)
-        s.send(msg)
-        n = s.recv_into(self._buf)
-        _len, typ, _flags, _seq, _pid, err = struct.unpack_from("IHHIIi", self._buf)
-        if typ != NLMSG_ERROR or err != 0:
-            raise OSError(-err, f"netlink: {os.strerror(-err) if err else typ}")
-
-    def close(self) -> None:
-        for s in self._socks.values():
-            s.close()
-
-
-def pfc_frame(cls: int, pause_quanta: int) -> bytes:
-    """An 802.1Qbb frame for one priority: pause_quanta 0 is XON."""
-    from scapy.all import Ether, raw
-    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
-    fields = {f"c{cls}_enabled": 1, f"c{cls}_pause_time": pause_quanta}
-    return raw(Ether(dst="01:80:c2:00:00:01", src="02:00:00:00:00:00") / MACControlClassBasedFlowControl(**fields))
-
-
-class PortSockets:
-    """An AF_PACKET socket per paused port (opened in its namespace), to hand it the XON frame."""
-
-    def __init__(self):
-        self._socks: dict[tuple[int, str], socket.socket] = {}
-
-    def open(self, ns_pid: int, ifname: str) -> socket.socket:
-        s = self._socks.get((ns_pid, ifname))
-        if s is None:
-            s = socket_in(ns_pid, socket.AF_PACKET)
-            s.bind((ifname, 0))
-            self._socks[(ns_pid, ifname)] = s
-        return s
-
-    def send(self, ns_pid: int, ifname: str, frame: bytes) -> None:
-        self.open(ns_pid, ifname).send(frame)
-
-    def close(self) -> None:
-        for s in self._socks.values():
-            s.close()
-
-
-def _tc_message(leaf: dict, msg_type: int, handle: int, parent: int, kind: str, options: dict) -> bytes:
-    """A prebuilt tc change request (no NLM_F_CREATE: the qdisc or class must exist)."""
-    msg = tcmsg()
-    msg["index"] = leaf["ifindex"]
-    msg["handle"] = handle
-    msg["parent"] = parent
-    msg["attrs"] = [["TCA_KIND", kind], ["TCA_OPTIONS", options]]
-    msg["header"]["type"] = msg_type
-    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
-    msg.encode()
-    return bytes(msg.data)
-
-
-def htb_class_message(leaf: dict, params: dict) -> bytes:
-    """A change of the leaf's HTB class (its bucket, around a resume)."""
-    return _tc_message(leaf, RTM_NEWTCLASS, leaf["htb_classid"], leaf["htb_parent"], "htb",
-                       sched_htb.get_class_parameters(dict(params)))
-
-
-def tbf_message(leaf: dict, params: dict) -> bytes:
-    """A change of the leaf's TBF (its rate: pause or resume)."""
-    return _tc_message(leaf, RTM_NEWQDISC, leaf["handle"], leaf["parent"], "tbf",
-                       sched_tbf.get_parameters(dict(params)))
-
-
-class ControllerLink:
-    """The line-delimited JSON connection to the controller's QoS app. If the controller goes
-    away the agent keeps the last policy, as a switch keeps its configuration."""
-
-    def __init__(self, name: str, timeout_s: float = 30.0):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self.sock.connect("\0" + name)
-                break
-            except (ConnectionRefusedError, FileNotFoundError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        self.buf = b""
-        self.lost = False
-
-    def receive(self, timeout_s: float | None) -> list[dict]:
-        """Complete messages waiting, or, with a timeout, every message complete within it (at
-        least the first: a policy for a k=8 fat-tree is over 160 KB and arrives in many reads)."""
-        if self.lost:
-            return []
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            try:
-                if deadline is None:
-                    # blocking mode, so that MSG_DONTWAIT alone decides (a socket timeout would
-                    # make Python wait for readability first)
-                    self.sock.settimeout(None)
-                    chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
-                else:
-                    self.sock.settimeout(max(0.0, deadline - time.monotonic()))
-                    chunk = self.sock.recv(1 << 20)
-                if not chunk:
-                    self.lost = True
-                self.buf += chunk
-            except (BlockingIOError, socket.timeout):
-                pass
-            except OSError:
-                self.lost = True
-            if deadline is None or self.lost or b"\n" in self.buf or time.monotonic() >= deadline:
-                break
-        out = []
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            out.append(json.loads(line))
-        return out
-
-    def send(self, msg: dict) -> None:
-        if self.lost:
-            return
-        try:
-            self.sock.sendall((json.dumps(msg) + "\n").encode())
-        except OSError:
-            self.lost = True
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-class InputBacklog:
-    """How much waits in Open vSwitch's receive socket of each switch port (userspace datapath):
-    frames there have left the upstream queue but not reached any egress queue, a first-come
-    first-served buffer that neither priorities nor pauses see. Read from /proc/net/packet
-    (Rmem: the socket's receive memory, skb truesize), all sockets in one read."""
-
-    def __init__(self, ifindex_port: dict[int, str]):
-        self.ports = ifindex_port
-        self.max_bytes: dict[str, int] = {}
-        self.now_bytes: dict[str, int] = {}   # at the last sample
-        self.samples = 0
-        self.busy_samples = 0  # samples in which some port held more than BUSY_BYTES
-
-    def sample(self) -> None:
-        try:
-            lines = Path("/proc/net/packet").read_text().splitlines()[1:]
-        except OSError:
-            return
-        busy = False
-        self.now_bytes = {}
-        for line in lines:
-            f = line.split()
-            port = self.ports.get(int(f[4]))
-            rmem = int(f[6])
-            if port is None or not rmem:
-                continue
-            self.now_bytes[port] = self.now_bytes.get(port, 0) + rmem
-            if rmem > self.max_bytes.get(port, 0):
-                self.max_bytes[port] = rmem
-            busy |= rmem > INPUT_BUSY_BYTES
-        self.samples += 1
-        self.busy_samples += busy
-
-    def result(self) -> dict:
-        worst = sorted(self.max_bytes.items(), key=lambda kv: kv[1], reverse=True)[:5]
-        return {"samples": self.samples, "busy_samples": self.busy_samples, "busy_threshold_bytes": INPUT_BUSY_BYTES,
-                "max_bytes": max(self.max_bytes.values(), default=0),
-                "worst_ports": [{"port": p, "max_bytes": b} for p, b in worst]}
 
 
 class Agent:
@@ -281,8 +83,6 @@ class Agent:
         self.port_socks = PortSockets()
         self.leaf_queue = {i: l["queue"] for i, l in enumerate(self.leaves) if l["queue"] >= 0}
         self.queue_leaf = {ix: i for i, ix in self.leaf_queue.items()}
-        self._check_enq = self._check_deq = np.zeros(self.n, dtype=np.uint64)
-        self._ipr: IPRoute | None = None
         # The controller names queues "<interface>:<class>" (testbed.fabric.qos.queue_key).
         self.key_index = {queue_key(q["ifname"], q["class"]): q["index"] for q in self.queues}
         self.key_leaf = {queue_key(l["ifname"], l["class"]): i for i, l in enumerate(self.leaves)}
@@ -295,25 +95,21 @@ class Agent:
         self.max_held = np.zeros(self.n, dtype=np.int64)   # ingress rule: most a row held
         self.max_reaction = np.zeros(self.n, dtype=np.int64)  # slowest pause a row asked for
         self.reaction_allowance_ns = 0                     # what the headroom assumes (policy)
-        self._held_check = None                            # ingress rows' counters at the last look for leaks
-        self.ingress_resyncs = 0
         # a switch's egress queue rows (the deadlock check follows an ingress row to them)
         self.switch_rows: dict[str, list[int]] = {}
         for q in self.queues:
             self.switch_rows.setdefault(q["node"], []).append(q["index"])
         self.paused_since: dict[int, int] = {}
         self.events = open(self.folder.pfc_events, "w", buffering=1 << 16)
-        self.telemetry = open(self.folder.telemetry, "wb")
-        self.samples: list[np.ndarray] = []
+        self.telemetry = TelemetryWriter(self.folder.telemetry, self.plan_row)
+        self.stale = StaleDepths(self.n, self.plan_row, self.queue_leaf, self.leaves, self._log)
+        self.leaks = IngressLeaks(self.plan_row, self.queues, self.switch_rows, self._log)
         self.reaction_ns: list[int] = []
         self.pauses = self.resumes = self.watchdog_fired = 0
         self.deadlock: dict | None = None
         self.stop_requested = False
         self.scheduling = "default"
         self.controller: ControllerLink | None = None
-        self._last_enq = np.zeros(self.n, dtype=np.uint64)
-        self._last_deq = np.zeros(self.n, dtype=np.uint64)
-        self._last_drop = np.zeros(self.n, dtype=np.uint64)
 
     # -- policy ------------------------------------------------------------------------------
 
@@ -326,56 +122,50 @@ class Agent:
                 self.nl.sock(l["ns_pid"])
                 self.port_socks.open(l["ns_pid"], l["ifname"])
 
-    def apply_policy(self, msg: dict) -> None:
-        """A policy ("policy": everything) or an update ("update": the queues that changed, and
-        the pause map if it changed) from the controller, written into the BPF maps."""
+    def apply_policy(self, msg: PolicyMessage | PolicyUpdate) -> None:
+        """A policy (everything) or an update (the queues that changed, and the pause map and the
+        ingress thresholds if they changed) from the controller, written into the BPF maps."""
         m = self.maps
-        if "dscp_class" in msg:
-            m.dscp_class[:NON_IP_KEY + 1] = msg["dscp_class"]
+        if isinstance(msg, PolicyMessage):
+            pol = msg.policy
+            m.dscp_class[:NON_IP_KEY + 1] = pol.dscp_class
             m.dscp_class[FIRST_MINOR_KEY] = self.plan["first_minor"]
-        if "pfc_accounting" in msg:
-            self.rule = msg["pfc_accounting"]
-        if "reaction_allowance_us" in msg:
-            self.reaction_allowance_ns = int(msg["reaction_allowance_us"] * 1e3)
-        if "pause_map" in msg:
-            self.pfc.feeders = {self.key_index[k]: [self.key_leaf[u] for u in ups]
-                                for k, ups in msg["pause_map"].items()}
+            self.rule = pol.pfc_accounting
+            self.reaction_allowance_ns = int(pol.reaction_allowance_us * 1e3)
+            queues, pause_map, ingress = pol.queues, pol.pause_map, pol.ingress
+        else:
+            queues, pause_map, ingress = msg.queues, msg.pause_map, msg.ingress
+        if pause_map is not None:
+            self.pfc.feeders = {self.key_index[k]: [self.key_leaf[u] for u in ups] for k, ups in pause_map.items()}
         xoff, xon = self.pfc.xoff.copy(), self.pfc.xon.copy()
-        for key, q in msg["queues"].items():
+        for key, prof in queues.items():
             ix = self.key_index[key]
-            prof = QueueProfile.from_json(q)
             m.profiles[ix] = prof.bpf_row()
             self.queues[self.plan_row[ix]].update(profile=prof.to_json())
             if self.rule == "egress":
                 xoff[ix], xon[ix] = prof.xoff_bytes if prof.pfc_on else 0, prof.xon_bytes
-        if self.rule == "ingress" and "ingress" in msg:
+        if self.rule == "ingress" and ingress is not None:
             # every lossless (ingress port, class) is in a policy; an update names them all again
             xoff[:] = 0
             xon[:] = 0
             m.ingress["xoff_bytes"][:self.n] = 0
-            for key, t in msg["ingress"].items():
+            for key, th in ingress.items():
                 ix = self.key_index[key]
-                xoff[ix], xon[ix] = t["xoff_bytes"], t["xon_bytes"]
-                m.ingress["xoff_bytes"][ix] = t["xoff_bytes"]
-                self.queues[self.plan_row[ix]].update(ingress=t)
+                xoff[ix], xon[ix] = th.xoff_bytes, th.xon_bytes
+                m.ingress["xoff_bytes"][ix] = th.xoff_bytes
+                self.queues[self.plan_row[ix]].update(ingress=th.to_json())
         # a row no longer lossless stops holding its upstreams back
         self.carry_out(self.pfc.set_thresholds(xoff, xon))
-        rec = {"event": "policy_applied", "kind": msg["type"], "queues": len(msg["queues"]),
-               "ecn_queues": int(sum(q["ecn_on"] for q in msg["queues"].values())),
-               "pfc_accounting": self.rule, "pfc_queues": int(self.pfc.lossless.sum())}
-        self._log(rec)
-        self.controller.send({"type": "applied", **{k: v for k, v in rec.items() if k != "event"}})
+        applied = Applied(kind=msg.TYPE, queues=len(queues), ecn_queues=int(sum(q.ecn_on for q in queues.values())),
+                          pfc_accounting=self.rule, pfc_queues=int(self.pfc.lossless.sum()))
+        self._log({"event": "policy_applied", **applied.body()})
+        self.controller.send(applied)
 
     # -- PFC ---------------------------------------------------------------------------------
 
     def _log(self, rec: dict) -> None:
         rec.setdefault("t_ns", time.monotonic_ns())
         self.events.write(json.dumps(rec) + "\n")
-
-    def held(self, ing: np.ndarray) -> np.ndarray:
-        """Bytes each (ingress port, class) holds in its switch (ingress rule)."""
-        return (ing["in_bytes"].astype(np.int64) - ing["out_bytes"].astype(np.int64)
-                - ing["lost_bytes"].astype(np.int64))
 
     def carry_out(self, decisions: list) -> None:
         """Do what the PFC state decided, in order."""
@@ -433,32 +223,19 @@ class Agent:
                 continue
             self.watchdog_fired += 1
             rows = sorted(self.pfc.causes.get(leaf, ()))
-            rec = {"node": self.leaves[leaf]["node"], "port": self.leaves[leaf]["ifname"],
-                   "class": self.leaves[leaf]["class"], "paused_ns": now - since,
-                   "causes": [self.queues[self.plan_row[r]]["ifname"] for r in rows]}
-            self._log({"event": "watchdog", **rec})
-            self.controller.send({"type": "watchdog", **rec})
+            fired = WatchdogFired(node=self.leaves[leaf]["node"], port=self.leaves[leaf]["ifname"],
+                                  cls=self.leaves[leaf]["class"], paused_ns=now - since,
+                                  causes=[self.queues[self.plan_row[r]]["ifname"] for r in rows])
+            self._log({"event": "watchdog", **fired.body()})
+            self.controller.send(fired)
             self.carry_out(self.pfc.watchdog(leaf))
 
     def check_deadlock(self, now: int, stuck_ns: int) -> None:
-        """Wait-for graph over switch egress queues: a paused, non-empty queue waits on the queues
-        that paused it; under the ingress rule, on the paused, non-empty egress queues of the
-        switch whose ingress paused it (where what that ingress holds can be stuck). A cycle whose
-        members all made no progress for stuck_ns is a deadlock."""
+        """A cycle in the wait-for graph (testbed.fabric.pfc.waiting_queues) whose members all made
+        no progress for stuck_ns is a deadlock."""
         q = self.maps.queues[:self.n]
-        depth = q["depth_bytes"]
-        causes = self.pfc.causes
-        stuck = {r for leaf in causes if (r := self.leaf_queue.get(leaf)) is not None and depth[r] > 0}
-        waits: dict[int, set[int]] = {}
-        for leaf, rows in causes.items():
-            r = self.leaf_queue.get(leaf)
-            if r is None or r not in stuck:
-                continue  # a host NIC: it waits, but nothing waits on it
-            if self.rule == "ingress":
-                waits[r] = {e for row in rows for e in self.switch_rows[self.queues[self.plan_row[row]]["node"]]
-                            if e in stuck}
-            else:
-                waits[r] = set(rows)
+        waits = waiting_queues(self.pfc.causes, self.leaf_queue, q["depth_bytes"], self.rule,
+                               lambda row: self.switch_rows[self.queues[self.plan_row[row]]["node"]])
         cycle = find_cycle(waits)
         if not cycle:
             self._stuck_since = {}
@@ -475,62 +252,8 @@ class Agent:
                         "depth_bytes": int(q["depth_bytes"][r])} for r in cycle]
             self.deadlock = {"t_ns": now, "stuck_ms": (now - seen[0]) / 1e6, "cycle": members}
             self._log({"event": "deadlock", **self.deadlock})
-            self.controller.send({"type": "deadlock", **self.deadlock})
+            self.controller.send(DeadlockFound(**self.deadlock))
             self.folder.deadlock.write_text(json.dumps(self.deadlock, indent=1))
-
-    # -- depth reconciliation ----------------------------------------------------------------
-
-    def resync_stale(self, q: np.ndarray) -> None:
-        """A queue whose frames vanished without reaching the far end (a link taken down resets
-        its qdisc) would keep a depth forever. Suspects: unchanged counters since the last look,
-        a depth, and not paused; the kernel's own backlog of the leaf decides."""
-        enq, deq = q["enq_pkts"].copy(), q["deq_pkts"].copy()
-        suspect = (enq == self._check_enq) & (deq == self._check_deq) & (q["depth_bytes"] > 0)
-        self._check_enq, self._check_deq = enq, deq
-        rows = [int(r) for r in np.flatnonzero(suspect)
-                if self.plan_row[r] >= 0 and self.queue_leaf[int(r)] not in self.pfc.causes]
-        if not rows:
-            return
-        if self._ipr is None:
-            self._ipr = IPRoute()
-        for r in rows:
-            leaf = self.leaves[self.queue_leaf[r]]
-            kernel = next((m for m in self._ipr.get_qdiscs(index=leaf["ifindex"])
-                           if m["handle"] == leaf["handle"]), None)
-            stats = kernel.get_nested("TCA_STATS2", "TCA_STATS_QUEUE") if kernel is not None else None
-            if stats is not None and stats.get("qlen", 1) == 0:
-                stale = int(q["depth_bytes"][r])
-                q["depth_bytes"][r] = 0
-                self._log({"event": "depth_resync", "port": leaf["ifname"], "class": leaf["class"],
-                           "stale_bytes": stale})
-
-    def resync_ingress(self, ing: np.ndarray, inputs: "InputBacklog") -> None:
-        """A frame the switch dropped without an egress seeing it (Open vSwitch has no route for
-        it while a route is replaced, or its port is down) would stay counted at its ingress, and
-        that (port, class) would pause its peer for good. A row can only hold what waits in its
-        port's input socket plus what the switch's egress queues hold: of a row that saw no frame
-        in or out since the last look (100 ms), anything above that is written off as lost."""
-        now = (ing["in_pkts"].copy(), ing["out_pkts"].copy())
-        last, self._held_check = self._held_check, now
-        if last is None:
-            return
-        held = self.held(ing)
-        suspect = (now[0] == last[0]) & (now[1] == last[1]) & (held > 0)
-        if not suspect.any():
-            return
-        depth = self.maps.queues["depth_bytes"]
-        for r in np.flatnonzero(suspect):
-            r = int(r)
-            if self.plan_row[r] < 0:
-                continue
-            q = self.queues[self.plan_row[r]]
-            could = inputs.now_bytes.get(q["ifname"], 0) + int(sum(int(depth[e]) for e in self.switch_rows[q["node"]]))
-            lost = int(held[r]) - could
-            if lost <= 0:
-                continue
-            ing["lost_bytes"][r] += lost
-            self.ingress_resyncs += 1
-            self._log({"event": "ingress_resync", "port": q["ifname"], "class": q["class"], "lost_bytes": lost})
 
     # -- telemetry ---------------------------------------------------------------------------
 
@@ -538,35 +261,12 @@ class Agent:
         """A summary for the controller: the deepest queues, totals, what is paused."""
         depth = q["depth_bytes"]
         top = np.argsort(depth)[::-1][:3]
-        self.controller.send({
-            "type": "telemetry", "t_ns": now,
-            "deepest": [[self.queues[self.plan_row[r]]["ifname"], int(self.queues[self.plan_row[r]]["class"]),
-                         int(depth[r])] for r in top if depth[r] and self.plan_row[r] >= 0],
-            "marked": int(q["mark_pkts"].sum()), "dropped": int(q["drop_pkts"].sum()),
-            "paused_ports": len(self.pfc.causes), "pauses": self.pauses})
-
-    def sample(self, now: int, q: np.ndarray) -> None:
-        enq, deq, drop = q["enq_pkts"], q["deq_bytes"], q["drop_pkts"]
-        changed = (enq != self._last_enq) | (deq != self._last_deq) | (drop != self._last_drop)
-        if not changed.any():
-            return
-        rows = np.flatnonzero(changed)
-        sel = q[rows]  # one copy of the changed rows, so every field below is from the same instant
-        rec = np.empty(len(rows), dtype=TELEMETRY)
-        rec["t_ns"] = now
-        rec["queue"] = self.plan_row[rows]
-        rec["depth_bytes"] = np.minimum(sel["depth_bytes"], 0xFFFFFFFF)
-        for f in ("enq_pkts", "enq_bytes", "deq_bytes", "drop_pkts", "ect_pkts", "mark_pkts"):
-            rec[f] = sel[f]
-        self.samples.append(rec)
-        self._last_enq[rows] = sel["enq_pkts"]
-        self._last_deq[rows] = sel["deq_bytes"]
-        self._last_drop[rows] = sel["drop_pkts"]
-
-    def flush(self) -> None:
-        if self.samples:
-            self.telemetry.write(np.concatenate(self.samples).tobytes())
-            self.samples = []
+        self.controller.send(TelemetrySummary(
+            t_ns=now,
+            deepest=[[self.queues[self.plan_row[r]]["ifname"], int(self.queues[self.plan_row[r]]["class"]),
+                      int(depth[r])] for r in top if depth[r] and self.plan_row[r] >= 0],
+            marked=int(q["mark_pkts"].sum()), dropped=int(q["drop_pkts"].sum()),
+            paused_ports=len(self.pfc.causes), pauses=self.pauses))
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -605,7 +305,7 @@ class Agent:
                 self.restore_buckets(now)
             polls += 1
             if now >= next_sample:
-                self.sample(now, view)
+                self.telemetry.sample(now, view)
                 sweeps += 1
                 if now - next_sample > sample_ns:
                     late_samples += 1
@@ -620,8 +320,8 @@ class Agent:
         end = time.monotonic_ns()
         # Resume whatever is still paused, so the fabric drains cleanly.
         self.carry_out(self.pfc.release_all("agent_stop"))
-        self.sample(end, view)
-        self.flush()
+        self.telemetry.sample(end, view)
+        self.telemetry.flush()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         return {
             "start_ns": start, "end_ns": end, "scheduling": self.scheduling, "polls": polls, "sweeps": sweeps,
@@ -642,7 +342,7 @@ class Agent:
         self._blind_over_ms += blind > 1_000_000
         read_ns = time.monotonic_ns()   # the data path stamps with the same clock
         if self.rule == "ingress":
-            rows, level = self._ing, self.held(self._ing)
+            rows, level = self._ing, held_bytes(self._ing)
             np.maximum(self.max_held, level, out=self.max_held)
         else:
             rows, level = self._view, self._view["depth_bytes"].astype(np.int64)
@@ -663,16 +363,16 @@ class Agent:
             self.apply_policy(msg)
         if not self._traffic_started and self.folder.announced("engine"):
             self._traffic_started = True
-            self.controller.send({"type": "traffic_started", "t_ns": now})
+            self.controller.send(TrafficStarted(t_ns=now))
 
     def _chore_report(self, now: int) -> None:
         self.report(now, self._view)
-        self.resync_stale(self._view)
+        self.stale.check(self._view, self.pfc.causes)
         if self.rule == "ingress" and self.pfc.feeders:
-            self.resync_ingress(self._ing, self._inputs)
+            self.leaks.check(self._ing, self.maps.queues["depth_bytes"], self._inputs.now_bytes)
 
     def _chore_flush(self, now: int) -> None:
-        self.flush()
+        self.telemetry.flush()
         self.events.flush()
 
     def _result(self) -> dict:
@@ -701,7 +401,7 @@ class Agent:
                             **{f: int(q_end[f][r]) for f in ("enq_pkts", "enq_bytes", "deq_pkts", "drop_pkts",
                                                             "ect_pkts", "mark_pkts", "xoff_crossings")}}
                            for r in range(len(qidx)) if q_end["enq_pkts"][r]],
-            "pfc_accounting": self.rule, "ingress_resyncs": self.ingress_resyncs,
+            "pfc_accounting": self.rule, "ingress_resyncs": self.leaks.resyncs,
             "ingress_end": self._ingress_end() if self.rule == "ingress" else [],
             "ecn_hist": {str(r): {"ect": hists["ect"][r].tolist(), "marked": hists["marked"][r].tolist(),
                                   "bucket_bytes": QueueProfile.from_json(self.queues[r]["profile"]).hist_bucket_bytes}
@@ -712,7 +412,7 @@ class Agent:
         """Every (ingress port, class) that saw a frame: what entered and left the switch there,
         what it held at most and holds now, its thresholds."""
         ing = self.maps.ingress[self.qidx]
-        held = self.held(ing)
+        held = held_bytes(ing)
         out = []
         for r, ix in enumerate(self.qidx):
             if not ing["in_pkts"][r]:
@@ -734,8 +434,7 @@ class Agent:
         self.nl.close()
         self.port_socks.close()
         self.controller.close()
-        if self._ipr is not None:
-            self._ipr.close()
+        self.stale.close()
 
 
 def main(argv=None) -> int:
@@ -752,7 +451,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, stop)
     agent.controller = ControllerLink(plan["controller_socket"])
     first = agent.controller.receive(timeout_s=30.0)
-    if not first or first[0]["type"] != "policy":
+    if not first or not isinstance(first[0], PolicyMessage):
         raise SystemExit(f"the controller sent no port policy (got {first!r})")
     agent.apply_policy(first[0])
     agent.open_sockets()

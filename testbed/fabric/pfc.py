@@ -120,3 +120,23 @@ class PfcState:
                 del self.causes[leaf]
                 out.append(Resume(leaf, row, reason))
         return out
+
+
+def waiting_queues(causes: dict[int, set[int]], leaf_queue: dict[int, int], depth: np.ndarray, rule: str,
+                   egress_rows_of) -> dict[int, set[int]]:
+    """The wait-for graph of a PFC deadlock, over switch egress queues: a paused, non-empty queue
+    waits on the rows that paused it; under the ingress rule, on the paused, non-empty egress
+    queues of the switch whose ingress row paused it (where what that ingress holds can be stuck).
+    causes: paused leaf -> the rows asking; leaf_queue: a switch leaf's own egress queue row (a host
+    NIC has none: it waits, but nothing waits on it); egress_rows_of(row): the egress queue rows of
+    the switch that row belongs to."""
+    stuck = {r for leaf in causes if (r := leaf_queue.get(leaf)) is not None and depth[r] > 0}
+    waits: dict[int, set[int]] = {}
+    for leaf, rows in causes.items():
+        r = leaf_queue.get(leaf)
+        if r is None or r not in stuck:
+            continue
+        waits[r] = ({e for row in rows for e in egress_rows_of(row) if e in stuck} if rule == "ingress"
+                    else set(rows))
+    return waits
+

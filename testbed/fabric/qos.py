@@ -156,6 +156,42 @@ class IngressProfile:
     xon_bytes: int
     headroom_bytes: int
 
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "IngressProfile":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class PortPolicy:
+    """Everything the switch agent runs the ports by, from the controller: the DSCP map, every
+    switch queue's profile, the PFC rule, the lossless (ingress port, class) thresholds under the
+    ingress rule, the pause map (lossless queue -> the upstream leaves it pauses) and the reaction
+    the headroom is sized for. Queues are named by queue_key ("<interface>:<class index>")."""
+    dscp_class: tuple[int, ...]
+    pfc_accounting: str
+    queues: dict[str, QueueProfile]
+    ingress: dict[str, IngressProfile]
+    pause_map: dict[str, tuple[str, ...]]
+    reaction_allowance_us: float
+
+    def to_json(self) -> dict:
+        return {"dscp_class": list(self.dscp_class), "pfc_accounting": self.pfc_accounting,
+                "queues": {k: q.to_json() for k, q in self.queues.items()},
+                "ingress": {k: i.to_json() for k, i in self.ingress.items()},
+                "pause_map": {k: list(v) for k, v in self.pause_map.items()},
+                "reaction_allowance_us": self.reaction_allowance_us}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PortPolicy":
+        return cls(dscp_class=tuple(d["dscp_class"]), pfc_accounting=d["pfc_accounting"],
+                   queues={k: QueueProfile.from_json(q) for k, q in d["queues"].items()},
+                   ingress={k: IngressProfile.from_json(i) for k, i in d["ingress"].items()},
+                   pause_map={k: tuple(v) for k, v in d["pause_map"].items()},
+                   reaction_allowance_us=d["reaction_allowance_us"])
+
 
 def ingress_headroom_bytes(sc: Scenario, c: ClassSpec, upstream_bps: float, reaction_s: float) -> int:
     """What a paused upstream may still deliver above XOFF: its rate over the agent's reaction time,
@@ -194,7 +230,7 @@ def queue_key(ifname: str, cls: int) -> str:
     return f"{ifname}:{cls}"
 
 
-def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> dict:
+def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> PortPolicy:
     """The port policy a controller sends the switch agent: the DSCP map, every switch queue's
     profile (buffer, ECN, and XOFF/XON under the egress rule), the PFC rule, and per lossless
     queue the upstream queues to pause. Under the ingress rule the lossless queues are (ingress
@@ -219,16 +255,14 @@ def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> dict:
                 if rule == "ingress":
                     prof = dataclasses.replace(prof, pfc_on=False, xon_bytes=0)
                     if sc.qos.pfc and spec.pfc:
-                        ing = ingress_profile(sc, spec, port_bps, rate_bps[(sw, port)], reaction_s)
-                        ingress[key] = {"xoff_bytes": ing.xoff_bytes, "xon_bytes": ing.xon_bytes,
-                                        "headroom_bytes": ing.headroom_bytes}
+                        ingress[key] = ingress_profile(sc, spec, port_bps, rate_bps[(sw, port)], reaction_s)
                         up = peer_port if peer in fabric.switch_by_name else 0
-                        pauses[key] = [queue_key(fabric.intf_name(peer, up), c)]
-                queues[key] = prof.to_json()
+                        pauses[key] = (queue_key(fabric.intf_name(peer, up), c),)
+                queues[key] = prof
                 if ups and prof.pfc_on:
-                    pauses[key] = [queue_key(fabric.intf_name(u[0], u[1]), u[2]) for u in ups]
-    return {"dscp_class": class_of_dscp(sc), "pfc_accounting": rule, "queues": queues, "ingress": ingress,
-            "pause_map": pauses, "reaction_allowance_us": reaction_s * 1e6}
+                    pauses[key] = tuple(queue_key(fabric.intf_name(u[0], u[1]), u[2]) for u in ups)
+    return PortPolicy(dscp_class=tuple(class_of_dscp(sc)), pfc_accounting=rule, queues=queues, ingress=ingress,
+                      pause_map=pauses, reaction_allowance_us=reaction_s * 1e6)
 
 
 # ---- the pause map -----------------------------------------------------------------------

@@ -20,13 +20,14 @@ def free_port() -> int:
 
 
 class Controller(ManagedProcess):
-    def __init__(self, *, apps: list[str], params: dict, fabric_json: Path, events_path: Path, log_path: Path):
+    def __init__(self, *, apps: list[str], params: dict, fabric_json: Path, scenario_json: Path, events_path: Path,
+                 log_path: Path):
         self.port = free_port()
         self.events_path = events_path
         self._events_read = 0
         self._events: list[dict] = []
         argv = [sys.executable, "-m", "controllers.launcher", "--port", str(self.port),
-                "--fabric", str(fabric_json), "--events", str(events_path)]
+                "--fabric", str(fabric_json), "--scenario", str(scenario_json), "--events", str(events_path)]
         for app in apps:
             argv += ["--app", app]
         for k, v in params.items():

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed.errors import RunFailed
+from testbed.errors import RunFailed, raise_pending
 
 _PR_SET_PDEATHSIG = 1
 
@@ -86,6 +86,7 @@ def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.01, ali
     ``alive`` (optional) is checked too, so a dead child fails the wait at once."""
     deadline = time.monotonic() + timeout_s
     while True:
+        raise_pending()
         value = predicate()
         if value:
             return value

@@ -32,6 +32,7 @@ from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.run.state import RunLock, RunRecord, clean_stale
 from testbed.runfolder import RunFolder
 from testbed.scenario import Scenario, build_fabric
+from testbed.traffic.plan import EnginePlan
 from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
 
 RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", PROJECT_ROOT / "results"))
@@ -66,58 +67,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None)
             "manifest_version": MANIFEST_VERSION, "run_id": run_id, "scenario": sc.to_dict(),
             "started_utc": datetime.now(timezone.utc).isoformat(), "git_commit": probe.git_commit(),
             "versions": probe.versions(), "machine": probe.machine(),
-            "mechanisms": {
-                "datapath": "ovs-kernel" if datapath == "kernel" else "ovs-userspace (netdev)",
-                "shaping": "htb per port (link rate) with one class per priority and a tbf leaf per class, "
-                           "set over netlink (pyroute2)",
-                "queues": f"{sc.qos.scheduling} scheduling over {len(sc.classes)} classes "
-                          f"({', '.join(c.name for c in sc.classes)}), classified by DSCP in a cls_bpf program",
-                "ecn": "per packet, RED profile on the exact queue depth, in a cls_bpf program at enqueue "
-                       "(kernel red/prio absent here; one mechanism on every kernel keeps runs comparable)"
-                       if sc.qos.ecn else "off",
-                "pfc": (("switch agent: XOFF/XON on the bytes each (ingress port, class) holds in its switch, "
-                         "counted in the port program from arrival to departure, the ingress carried in the "
-                         "Ethernet source by the controller's flows; pauses the ingress port's peer"
-                         if sc.qos.pfc_accounting == "ingress" else
-                         "switch agent: XOFF/XON on the egress queue's exact depth; pauses every upstream the "
-                         "routes feed into it") +
-                        "; pause = tbf rate change on the upstream class leaf over netlink, resume = rate back "
-                        "plus an 802.1Qbb XON frame") if sc.qos.pfc else "off",
-                "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
-                              f"routes, sends it to the switch agent, logs its reports and decisions",
-                "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
-                "offloads": "off on every veth" if datapath == "user" else "unchanged",
-                "traffic": f"compiled NIC data plane (testbed/traffic/nic/nicdp.c) in one process; per host an AF_PACKET "
-                           f"socket per NIC class, opened in its namespace, batched I/O (sendmmsg/recvmmsg) "
-                           f"at most every {sc.transport.engine_batch_us:g} us; line rate from the host NIC's "
-                           f"HTB class (burst {sc.fabric.nic_burst_frames} frames), fed a lead of "
-                           f"{nic_lead_ns(sc) / 1e3:.0f} us of frames per class"
-                           + ("; each throttled queue pair paced to its DCQCN rate in the data plane"
-                              if sc.transport.cc == "dcqcn" else "")
-                           + f"; RC order per queue pair, {sc.transport.channels} queue pair(s) per host pair "
-                             f"and kind",
-                "transport": f"RoCE RC per queue pair: {sc.transport.reliability}"
-                             + (", ICRC checked at the receiver" if sc.transport.verify_icrc else "")
-                             + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), parameters "
-                                f"given for {sc.dcqcn.ref_gbps:g} Gb/s, time-dilated"
-                                if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
-                "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
-                            if sc.run.capture else "off"),
-                "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}"
-                           f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
-                           f"barrier-confirmed",
-                "ecmp": "OpenFlow 1.5 select groups, OVS hash over the 5-tuple" if sc.controller.routing == "ecmp"
-                        else "none",
-                "timestamps": "departure: the kernel's software TX timestamp (SO_TIMESTAMPING SCM_TSTAMP_SND), "
-                              "taken when the host NIC's qdisc hands the frame to the veth, i.e. as it starts "
-                              "onto the wire; arrival: the kernel's receive timestamp (SO_TIMESTAMPNS) on the "
-                              "destination's veth; handoff: the data plane's clock when it queued the frame. "
-                              "All CLOCK_REALTIME kernel stamps are mapped to CLOCK_MONOTONIC, shared by every "
-                              "namespace, with the offset read at each pass (adjustments between two reads are "
-                              "the error: none here). One-way latency = arrival - departure (wire and fabric, "
-                              "to within the softirq delay of each stamp, microseconds on this machine); NIC "
-                              "queueing = departure - handoff",
-            },
+            "mechanisms": mechanisms(sc, datapath),
             "ranks": ranks,
             "timings_s": {},
         }
@@ -139,6 +89,63 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None)
         return run_dir
 
 
+def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
+    """What the run uses on this machine for each part of the fabric, in words: every result says
+    which mechanism produced it."""
+    return {
+        "datapath": "ovs-kernel" if datapath == "kernel" else "ovs-userspace (netdev)",
+        "shaping": "htb per port (link rate) with one class per priority and a tbf leaf per class, "
+                   "set over netlink (pyroute2)",
+        "queues": f"{sc.qos.scheduling} scheduling over {len(sc.classes)} classes "
+                  f"({', '.join(c.name for c in sc.classes)}), classified by DSCP in a cls_bpf program",
+        "ecn": "per packet, RED profile on the exact queue depth, in a cls_bpf program at enqueue "
+               "(kernel red/prio absent here; one mechanism on every kernel keeps runs comparable)"
+               if sc.qos.ecn else "off",
+        "pfc": (("switch agent: XOFF/XON on the bytes each (ingress port, class) holds in its switch, "
+                 "counted in the port program from arrival to departure, the ingress carried in the "
+                 "Ethernet source by the controller's flows; pauses the ingress port's peer"
+                 if sc.qos.pfc_accounting == "ingress" else
+                 "switch agent: XOFF/XON on the egress queue's exact depth; pauses every upstream the "
+                 "routes feed into it") +
+                "; pause = tbf rate change on the upstream class leaf over netlink, resume = rate back "
+                "plus an 802.1Qbb XON frame") if sc.qos.pfc else "off",
+        "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
+                      f"routes, sends it to the switch agent, logs its reports and decisions",
+        "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
+        "offloads": "off on every veth" if datapath == "user" else "unchanged",
+        "traffic": f"compiled NIC data plane (testbed/traffic/nic/nicdp.c) in one process; per host an AF_PACKET "
+                   f"socket per NIC class, opened in its namespace, batched I/O (sendmmsg/recvmmsg) "
+                   f"at most every {sc.transport.engine_batch_us:g} us; line rate from the host NIC's "
+                   f"HTB class (burst {sc.fabric.nic_burst_frames} frames), fed a lead of "
+                   f"{nic_lead_ns(sc) / 1e3:.0f} us of frames per class"
+                   + ("; each throttled queue pair paced to its DCQCN rate in the data plane"
+                      if sc.transport.cc == "dcqcn" else "")
+                   + f"; RC order per queue pair, {sc.transport.channels} queue pair(s) per host pair "
+                     f"and kind",
+        "transport": f"RoCE RC per queue pair: {sc.transport.reliability}"
+                     + (", ICRC checked at the receiver" if sc.transport.verify_icrc else "")
+                     + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), parameters "
+                        f"given for {sc.dcqcn.ref_gbps:g} Gb/s, time-dilated"
+                        if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
+        "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
+                    if sc.run.capture else "off"),
+        "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}"
+                   f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
+                   f"barrier-confirmed",
+        "ecmp": "OpenFlow 1.5 select groups, OVS hash over the 5-tuple" if sc.controller.routing == "ecmp"
+                else "none",
+        "timestamps": "departure: the kernel's software TX timestamp (SO_TIMESTAMPING SCM_TSTAMP_SND), "
+                      "taken when the host NIC's qdisc hands the frame to the veth, i.e. as it starts "
+                      "onto the wire; arrival: the kernel's receive timestamp (SO_TIMESTAMPNS) on the "
+                      "destination's veth; handoff: the data plane's clock when it queued the frame. "
+                      "All CLOCK_REALTIME kernel stamps are mapped to CLOCK_MONOTONIC, shared by every "
+                      "namespace, with the offset read at each pass (adjustments between two reads are "
+                      "the error: none here). One-way latency = arrival - departure (wire and fabric, "
+                      "to within the softirq delay of each stamp, microseconds on this machine); NIC "
+                      "queueing = departure - handoff",
+    }
+
+
 def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress) -> None:
     rf = RunFolder(run_dir)
     timings = manifest["timings_s"]
@@ -146,14 +153,9 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
     # The QoS app and the switch agent meet on an abstract Unix socket (no file to clean up).
     agent_socket = f"fabric-testbed/{os.getpid()}/{time.monotonic_ns()}"
     rf.scenario.write_text(json.dumps(sc.to_dict()))
-    params = {"routing": sc.controller.routing, "scenario": str(rf.scenario),
-              "agent_socket": agent_socket}
-    if sc.controller.dateline:
-        params.update(dateline="1", vc_dscp=f"{sc.workload.dscp}:{sc.controller.vc1_dscp}")
-    if sc.qos.pfc and sc.qos.pfc_accounting == "ingress":
-        params["ingress_tags"] = "1"
-    ctl = Controller(apps=[sc.controller.app, sc.controller.qos_app], params=params,
-                     fabric_json=rf.fabric, events_path=rf.controller_events,
+    # every app reads its settings from the resolved scenario; the agent's socket is the run's wiring
+    ctl = Controller(apps=[sc.controller.app, sc.controller.qos_app], params={"agent_socket": agent_socket},
+                     fabric_json=rf.fabric, scenario_json=rf.scenario, events_path=rf.controller_events,
                      log_path=rf.controller_log)
     ctl.on_start = record.add_process
     ports = PortConfig(mtu_bytes=sc.fabric.mtu_bytes,
@@ -176,7 +178,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                 log(f"routes ready {timings['routes_ready']:.2f} s after start")
                 host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
-                rf.engine_plan.write_text(json.dumps(plan))
+                rf.engine_plan.write_text(json.dumps(plan.to_json()))
                 agent_plan = build_agent_plan(sc, net.ports, str(run_dir), agent_socket)
                 rf.agent_plan.write_text(json.dumps(agent_plan))
                 agent = ManagedProcess("switch agent", [sys.executable, "-m", "testbed.fabric.agent",
@@ -191,7 +193,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                         raise RunFailed(f"the switch agent failed to start; log:\n{agent.log_tail()}")
                     with contextlib.ExitStack() as stack:
                         if sc.run.capture:
-                            used = {h["name"]: (host_pids[h["name"]], h["ifname"]) for h in plan["hosts"]}
+                            used = {h.name: (h.pid, h.ifname) for h in plan.hosts}
                             caps = stack.enter_context(HostCaptures(used, rf.pcap,
                                                                     sc.run.capture_snaplen_bytes, record))
                             log(f"capturing on {len(used)} hosts to {rf.pcap}")
@@ -228,12 +230,12 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
     }
 
 
-def _traffic(sc, fabric, net, plan, rf: RunFolder, ctl, record, manifest, log, agent, progress) -> None:
+def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, manifest, log, agent, progress) -> None:
     engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.traffic.engine", str(rf.engine_plan)],
                             rf.engine_log, cwd=str(PROJECT_ROOT))
     engine.on_start = record.add_process
     cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid})
-    log(f"traffic: {sc.workload.type}, {len(plan['messages'])} messages over {len(plan['flows'])} flows")
+    log(f"traffic: {sc.workload.type}, {len(plan.messages)} messages over {len(plan.flows)} flows")
     # every port's counters, before the engine sends its first frame and when it is done: what
     # the fabric moved during the traffic phase
     rf.links_start.write_text(json.dumps(net.ports.link_counters()))

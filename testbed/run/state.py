@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from testbed.errors import Busy, RunFailed
+from testbed.errors import Busy
 from testbed.fabric.ovs import existing_bridges, wait_for_inflight_commands
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/fabric-testbed"))

@@ -87,6 +87,29 @@ def _build_section(where: str, section: str, cls, table: Any):
 
 
 def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
+    """What no single field can say: the settings against each other, then against the fabric they
+    build, its workload and its faults."""
+    _check_settings(where, sc, fabric_keys)
+    try:
+        fabric = build_fabric(sc.fabric)
+    except ValueError as e:
+        raise InputError(where, "fabric", str(e)) from None
+    n_hosts = len(fabric.hosts)
+    if n_hosts < 2:
+        raise InputError(where, "fabric", "a collective needs at least 2 hosts")
+    # every link end has a slot of MAX_CLASSES queues in the port program's maps
+    from testbed.fabric.bpfmaps import MAX_CLASSES as SLOT_CLASSES, MAX_QUEUES  # noqa: PLC0415
+    ports = len(fabric.interfaces())
+    if ports > MAX_QUEUES // SLOT_CLASSES:
+        raise InputError(where, "fabric", f"{ports} link ends; the port program holds at most "
+                         f"{MAX_QUEUES // SLOT_CLASSES} (testbed/fabric/bpf/port_qos.bpf.c MAX_QUEUES)")
+    _check_workload_shape(where, sc, fabric)
+    _check_faults(where, sc, fabric)
+    _check_classes(where, sc)
+    _check_workload_parties(where, sc, fabric)
+
+
+def _check_settings(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     f, w, c = sc.fabric, sc.workload, sc.controller
     for topo, keys in TOPOLOGY_FIELDS.items():
         for key in sorted(keys & fabric_keys):
@@ -114,19 +137,11 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     if f.queue_limit_bytes < 2 * frame:
         raise InputError(where, "fabric.queue_limit_bytes",
                          f"must hold at least two {frame}-byte frames, got {f.queue_limit_bytes}")
-    try:
-        fabric = build_fabric(f)
-    except ValueError as e:
-        raise InputError(where, "fabric", str(e)) from None
-    n_hosts = len(fabric.hosts)
-    if n_hosts < 2:
-        raise InputError(where, "fabric", "a collective needs at least 2 hosts")
-    # every link end has a slot of MAX_CLASSES queues in the port program's maps
-    from testbed.fabric.bpfmaps import MAX_CLASSES as SLOT_CLASSES, MAX_QUEUES  # noqa: PLC0415
-    ports = len(fabric.interfaces())
-    if ports > MAX_QUEUES // SLOT_CLASSES:
-        raise InputError(where, "fabric", f"{ports} link ends; the port program holds at most "
-                         f"{MAX_QUEUES // SLOT_CLASSES} (testbed/fabric/bpf/port_qos.bpf.c MAX_QUEUES)")
+
+
+def _check_workload_shape(where: str, sc: Scenario, fabric) -> None:
+    """The workload against the fabric's size: a trace that parses, enough stages, a grid."""
+    w, n_hosts = sc.workload, len(fabric.hosts)
     if w.type in ("chakra", "simai"):
         trace_messages(sc, [h.name for h in fabric.hosts], where)  # a bad trace file is bad input
     if w.type == "pipeline" and w.pp * w.dp > n_hosts:
@@ -140,6 +155,9 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         if x < 2 or n_hosts % x or n_hosts // x < 2:
             raise InputError(where, "workload.grid_x", f"rows of {x} ranks do not make a grid of at least 2 x 2 "
                              f"out of {n_hosts} hosts")
+
+
+def _check_faults(where: str, sc: Scenario, fabric) -> None:
     for i, fault in enumerate(sc.faults):
         if fault.action.startswith("link_"):
             try:
@@ -153,8 +171,13 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         elif fault.action.startswith("switch_") and fault.switch not in fabric.switch_by_name:
             raise InputError(where, f"faults[{i}].switch", f"no switch {fault.switch!r} in this fabric "
                              f"(e.g. {fabric.switches[-1].name})")
-    _check_classes(where, sc)
+
+
+def _check_workload_parties(where: str, sc: Scenario, fabric) -> None:
+    """Who sends to whom: hosts that exist, and shifts and counts that send something."""
+    w = sc.workload
     hosts = [h.name for h in fabric.hosts]
+    n_hosts = len(hosts)
     if w.type == "incast":
         if w.receiver and w.receiver not in hosts:
             raise InputError(where, "workload.receiver", f"no host {w.receiver!r} in this fabric (e.g. {hosts[0]})")

@@ -30,6 +30,7 @@ from testbed.runfolder import RunFolder
 from testbed.traffic import nic
 from testbed.traffic.packets import (MESSAGE_END_FILTER, PAYLOAD_HEADER_LEN, RC_SEND_ONLY, ROCE_SOCKET_FILTER,
                                      ROCE_UDP_PORT, AckTemplate, CnpTemplate, DataTemplate)
+from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
 from testbed.traffic.transport import dcqcn_params
 
 ETH_P_IP = 0x0800
@@ -75,23 +76,23 @@ def tap(ifname: str, program: tuple, rcvbuf_bytes: int) -> socket.socket:
 class HostSockets:
     """One host's sockets, opened in its namespace and used from here."""
 
-    def __init__(self, spec: dict, classes: set[int]):
-        self.name = spec["name"]
-        with netns_of(spec["pid"]):
+    def __init__(self, spec: HostSpec, classes: set[int]):
+        self.name = spec.name
+        with netns_of(spec.pid):
             # Every protocol: a device's taps see a frame before tc ingress, where the NIC's
             # host_dequeue program ends RoCE frames (testbed.fabric.ports); our own frames going out are
             # not looped back to it.
-            self.rx = tap(spec["ifname"], ROCE_SOCKET_FILTER, RCVBUF_BYTES)
+            self.rx = tap(spec.ifname, ROCE_SOCKET_FILTER, RCVBUF_BYTES)
             # The doorbell: a copy of each message's last frame, which wakes the data plane
             # from its batching sleep (the frame itself is read from rx's ring).
-            self.door = tap(spec["ifname"], MESSAGE_END_FILTER, DOOR_RCVBUF_BYTES)
+            self.door = tap(spec.ifname, MESSAGE_END_FILTER, DOOR_RCVBUF_BYTES)
             # Send-only sockets (protocol 0 receives nothing); their error queues carry the TX
             # timestamps, charged to their receive buffers.
             self.data: dict[int, socket.socket] = {}
             for c in sorted(classes):
                 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
                 s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
-                s.bind((spec["ifname"], 0))
+                s.bind((spec.ifname, 0))
                 self.data[c] = s
             # The host's own stack also sees our UDP packets; a bound socket that is never read
             # makes it drop them quietly instead of answering ICMP port-unreachable.
@@ -111,19 +112,58 @@ def _ptr(arr: np.ndarray, ctype):
     return arr.ctypes.data_as(C.POINTER(ctype))
 
 
+def flow_frames(flows: tuple[FlowSpec, ...], specs: dict[str, HostSpec], ack_dscp: int) -> dict[str, np.ndarray]:
+    """Per queue pair, the frames the data plane patches and sends: its data frames' prefix, and the
+    ACK and CNP its receiver sends back to the sender's queue pair."""
+    prefix, acks, cnps = bytearray(), bytearray(), bytearray()
+    for f in flows:
+        s, d = specs[f.src], specs[f.dst]
+        ends = dict(src_mac=s.mac, dst_mac=d.mac, src_ip=s.ip, dst_ip=d.ip, flow=f.id)
+        back = dict(src_mac=d.mac, dst_mac=s.mac, src_ip=d.ip, dst_ip=s.ip, flow=f.id)
+        tmpl = DataTemplate(**ends, dscp=f.dscp, payload_bytes=PAYLOAD_HEADER_LEN, ect=f.ect,
+                            opcode=RC_SEND_ONLY)
+        prefix += tmpl.buf[:nic.PREFIX_LEN]
+        acks += AckTemplate(**back, dscp=ack_dscp).buf
+        cnps += CnpTemplate(**back, dscp=ack_dscp).bytes
+    assert len(acks) == len(flows) * nic.ACK_LEN and len(cnps) == len(flows) * nic.CNP_LEN
+    return {"flow_prefix": np.frombuffer(bytes(prefix) or b"\0", np.uint8).copy(),
+            "flow_ack": np.frombuffer(bytes(acks) or b"\0", np.uint8).copy(),
+            "flow_cnp": np.frombuffer(bytes(cnps) or b"\0", np.uint8).copy()}
+
+
+def message_arrays(msgs: tuple[MessageSpec, ...], nf: int) -> dict[str, np.ndarray]:
+    """The plan's messages as the data plane's arrays: each one's queue pair, bytes, compute time and
+    dependencies still to complete, and who depends on whom (CSR: dep_ptr, dep_idx)."""
+    a = {}
+    msg_flow = np.array([m.flow for m in msgs], np.int32)
+    a["msg_flow"] = msg_flow
+    a["msg_bytes"] = np.array([m.bytes for m in msgs], np.int64)
+    a["msg_duration_ns"] = np.array([m.duration_ns for m in msgs], np.int64)
+    a["msg_waiting"] = np.array([len(m.deps) for m in msgs], np.int32)
+    dependents: list[list[int]] = [[] for _ in range(len(msgs))]
+    for m in msgs:
+        for d in m.deps:
+            dependents[d].append(m.id)
+    a["dep_ptr"] = np.cumsum([0] + [len(d) for d in dependents]).astype(np.int32)
+    a["dep_idx"] = np.array([x for d in dependents for x in d] or [0], np.int32)
+    a["flow_n_msgs"] = np.bincount(msg_flow[msg_flow >= 0], minlength=nf).astype(np.int32)[:nf] \
+        if nf else np.zeros(1, np.int32)
+    return a
+
+
 class Engine:
-    def __init__(self, plan: dict):
+    def __init__(self, plan: EnginePlan):
         self.plan = plan
-        self.folder = RunFolder(plan["out_dir"])
-        transport = plan["transport"]
-        flows, msgs = plan["flows"], plan["messages"]
+        self.folder = RunFolder(plan.out_dir)
+        transport = plan.transport
+        flows, msgs = plan.flows, plan.messages
         self.cc = transport["cc"] == "dcqcn"
-        specs = {h["name"]: h for h in plan["hosts"]}
-        host_ix = {h["name"]: i for i, h in enumerate(plan["hosts"])}
-        classes: dict[str, set[int]] = {h["name"]: set() for h in plan["hosts"]}
+        specs = {h.name: h for h in plan.hosts}
+        host_ix = {h.name: i for i, h in enumerate(plan.hosts)}
+        classes: dict[str, set[int]] = {h.name: set() for h in plan.hosts}
         for f in flows:
-            classes[f["src"]].add(f["class"])
-        self.hosts = [HostSockets(h, classes[h["name"]]) for h in plan["hosts"]]
+            classes[f.src].add(f.cls)
+        self.hosts = [HostSockets(h, classes[h.name]) for h in plan.hosts]
         nh, nf, nm = len(self.hosts), len(flows), len(msgs)
         a = self.arrays = {}
         a["host_rx_fd"] = np.array([h.rx.fileno() for h in self.hosts], np.int32)
@@ -133,43 +173,18 @@ class Engine:
             for c, s in h.data.items():
                 data_fd[i, c] = s.fileno()
         a["host_data_fd"] = data_fd
-        a["host_bw_bps"] = np.array([h["bw_bps"] for h in plan["hosts"]], np.float64)
-        a["flow_src"] = np.array([host_ix[f["src"]] for f in flows], np.int32)
-        a["flow_dst"] = np.array([host_ix[f["dst"]] for f in flows], np.int32)
-        a["flow_cls"] = np.array([f["class"] for f in flows], np.int32)
-        prefix, acks, cnps = bytearray(), bytearray(), bytearray()
-        for f in flows:
-            s, d = specs[f["src"]], specs[f["dst"]]
-            ends = dict(src_mac=s["mac"], dst_mac=d["mac"], src_ip=s["ip"], dst_ip=d["ip"], flow=f["id"])
-            back = dict(src_mac=d["mac"], dst_mac=s["mac"], src_ip=d["ip"], dst_ip=s["ip"], flow=f["id"])
-            tmpl = DataTemplate(**ends, dscp=f["dscp"], payload_bytes=PAYLOAD_HEADER_LEN, ect=f["ect"],
-                                opcode=RC_SEND_ONLY)
-            prefix += tmpl.buf[:nic.PREFIX_LEN]
-            # the receiver's replies go back to the sender's queue pair
-            acks += AckTemplate(**back, dscp=transport["ack_dscp"]).buf
-            cnps += CnpTemplate(**back, dscp=transport["ack_dscp"]).bytes
-        assert len(acks) == nf * nic.ACK_LEN and len(cnps) == nf * nic.CNP_LEN
-        a["flow_prefix"] = np.frombuffer(bytes(prefix) or b"\0", np.uint8).copy()
-        a["flow_ack"] = np.frombuffer(bytes(acks) or b"\0", np.uint8).copy()
-        a["flow_cnp"] = np.frombuffer(bytes(cnps) or b"\0", np.uint8).copy()
-        self.dcqcn = [dcqcn_params(plan["dcqcn"], specs[f["src"]]["bw_bps"]) for f in flows] if self.cc else []
+        a["host_bw_bps"] = np.array([h.bw_bps for h in plan.hosts], np.float64)
+        a["flow_src"] = np.array([host_ix[f.src] for f in flows], np.int32)
+        a["flow_dst"] = np.array([host_ix[f.dst] for f in flows], np.int32)
+        a["flow_cls"] = np.array([f.cls for f in flows], np.int32)
+        a.update(flow_frames(flows, specs, transport["ack_dscp"]))
+        self.dcqcn = [dcqcn_params(plan.dcqcn, specs[f.src].bw_bps) for f in flows] if self.cc else []
         dc = (nic.DcqcnParams * max(nf, 1))()
         for i, p in enumerate(self.dcqcn):
             dc[i] = nic.DcqcnParams.of(p)
         self._dcqcn_arr = dc
-        msg_flow = np.array([m[1] for m in msgs], np.int32)
-        a["msg_flow"] = msg_flow
-        a["msg_bytes"] = np.array([m[2] for m in msgs], np.int64)
-        a["msg_duration_ns"] = np.array([m[4] if len(m) > 4 else 0 for m in msgs], np.int64)
-        a["msg_waiting"] = np.array([len(m[3]) for m in msgs], np.int32)
-        dependents: list[list[int]] = [[] for _ in range(nm)]
-        for m in msgs:
-            for d in m[3]:
-                dependents[d].append(m[0])
-        a["dep_ptr"] = np.cumsum([0] + [len(d) for d in dependents]).astype(np.int32)
-        a["dep_idx"] = np.array([x for d in dependents for x in d] or [0], np.int32)
-        a["flow_n_msgs"] = np.bincount(msg_flow[msg_flow >= 0], minlength=nf).astype(np.int32)[:nf] \
-            if nf else np.zeros(1, np.int32)
+        a.update(message_arrays(msgs, nf))
+        # what the data plane writes back
         for k in ("release_ns", "first_tx_ns", "last_tx_ns", "complete_ns", "acked_ns", "sent_packets",
                   "recv_packets", "recv_bytes"):
             a[k] = np.zeros(max(nm, 1), np.int64)
@@ -185,11 +200,11 @@ class Engine:
                    if self.dcqcn else CC_TICK_MAX_NS)
         f = self.folder
         self.c_plan = nic.Plan(
-            n_hosts=nh, n_flows=nf, n_msgs=nm, payload_bytes=plan["payload_bytes"],
+            n_hosts=nh, n_flows=nf, n_msgs=nm, payload_bytes=plan.payload_bytes,
             reliable=int(transport["reliability"] == "go_back_n"), cc=int(self.cc),
             verify_icrc=int(transport["verify_icrc"]), ack_every=transport["ack_every_packets"],
-            rto_ns=int(transport["rto_ms"] * 1e6), time_limit_ns=int(plan["time_limit_s"] * 1e9),
-            stall_ns=int(plan["stall_timeout_s"] * 1e9), lead_ns=int(plan["nic_lead_ns"]),
+            rto_ns=int(transport["rto_ms"] * 1e6), time_limit_ns=int(plan.time_limit_s * 1e9),
+            stall_ns=int(plan.stall_timeout_s * 1e9), lead_ns=int(plan.nic_lead_ns),
             batch_ns=int(transport["engine_batch_us"] * 1e3), cc_tick_ns=cc_tick,
             tx_path=bytes(f.tx), rx_path=bytes(f.rx), qp_path=bytes(f.qp_events), gap_path=bytes(f.nic_gaps),
             heartbeat_path=bytes(f.heartbeat),
@@ -217,12 +232,12 @@ class Engine:
             raise RuntimeError(f"the NIC data plane failed: {r.error.decode(errors='replace')}")
         a, plan = self.arrays, self.plan
         hosts = []
-        for i, (h, spec) in enumerate(zip(self.hosts, plan["hosts"])):
+        for i, h in enumerate(self.hosts):
             st = dict(zip(nic.HOST_STATS, (int(x) for x in a["host_stats"][i])))
             st["socket_drops"] = h.socket_drops()
             hosts.append({"name": h.name, **st})
         flows = []
-        for i in range(len(plan["flows"])):
+        for i in range(len(plan.flows)):
             st = dict(zip(nic.FLOW_STATS, (int(x) for x in a["flow_stats"][i])))
             if not self.cc:
                 for k in ("cnps", "rate_cuts"):
@@ -243,8 +258,9 @@ class Engine:
             "involuntary_switches": cpu1.ru_nivcsw - cpu0.ru_nivcsw,
             "voluntary_switches": cpu1.ru_nvcsw - cpu0.ru_nvcsw,
             "tx_records": r.tx_records, "rx_records": r.rx_records, "untimed_departures": r.untimed_departures,
-            "nic_lead_ns": plan["nic_lead_ns"], "nice": os.getpriority(os.PRIO_PROCESS, 0), "engine_batch_us": plan["transport"]["engine_batch_us"],
-            "transport": plan["transport"], "hosts": hosts, "flows": flows,
+            "nic_lead_ns": plan.nic_lead_ns, "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "engine_batch_us": plan.transport["engine_batch_us"], "transport": plan.transport, "hosts": hosts,
+            "flows": flows,
             "dcqcn": self.dcqcn[0] if self.cc else None,
         }
 
@@ -258,7 +274,7 @@ class Engine:
 
     def message_table(self) -> dict:
         a, n = self.arrays, self.n_msgs
-        npk = [max(1, -(-int(b) // self.plan["payload_bytes"])) if f >= 0 else 0
+        npk = [max(1, -(-int(b) // self.plan.payload_bytes)) if f >= 0 else 0
                for f, b in zip(a["msg_flow"][:n], a["msg_bytes"][:n])]
         return {"id": list(range(n)), "flow": a["msg_flow"][:n].tolist(), "bytes": a["msg_bytes"][:n].tolist(),
                 "packets": npk, **{k: a[k][:n].tolist() for k in (
@@ -268,7 +284,7 @@ class Engine:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    plan = json.loads(Path(argv[0]).read_text())
+    plan = EnginePlan.from_json(json.loads(Path(argv[0]).read_text()))
     nic.lib()  # a missing or stale build fails here, before the runner sees "ready"
     stopped = []
     # Until the data plane takes over SIGTERM/SIGINT (and after it hands them back), a stop

@@ -14,6 +14,7 @@ from testbed.traffic.collectives import (Message, all_to_all, background, halvin
                                          ring_allgather, ring_allreduce, ring_reducescatter, shift_permutation,
                                          torus2d_allreduce)
 from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step
+from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
 from testbed.traffic.traces import chakra_files, chakra_messages, read_simai, simai_messages
 from testbed.traffic.transport import dcqcn_params
 from topologies.model import Fabric
@@ -179,28 +180,23 @@ def flow_marking(sc: Scenario, fabric: Fabric, src: str, tag: str) -> tuple[int,
 
 
 def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids: dict[str, int],
-                out_dir: str) -> dict:
+                out_dir: str) -> EnginePlan:
     flows, msg_flow = message_flows(messages, sc.transport.channels)
     used = {h for f in flows for h in f[:2]}  # hosts with only compute need no socket
     cls = qos.class_of_dscp(sc)
     flow_specs = []
     for i, (s, d, tag, ch) in enumerate(flows):
         dscp, ect = flow_marking(sc, fabric, s, tag)
-        flow_specs.append({"id": i, "src": s, "dst": d, "tag": tag, "channel": ch, "dscp": dscp, "ect": ect,
-                           "class": cls[dscp]})
-    return {
-        "out_dir": out_dir,
-        "payload_bytes": sc.workload.payload_bytes,
-        "time_limit_s": sc.run.time_limit_s,
-        "transport": dataclasses.asdict(sc.transport),
-        "dcqcn": dataclasses.asdict(sc.dcqcn),
-        "stall_timeout_s": sc.run.stall_timeout_s,
-        "nic_lead_ns": nic_lead_ns(sc),
-        "hosts": [{"name": h.name, "pid": host_pids[h.name], "ifname": h.intf, "mac": h.mac, "ip": h.ip,
-                   "bw_bps": sc.fabric.bw_mbps * 1e6} for h in fabric.hosts if h.name in used],
-        "flows": flow_specs,
-        "messages": [[m.id, f, m.bytes, list(m.deps), m.duration_ns] for m, f in zip(messages, msg_flow)],
-    }
+        flow_specs.append(FlowSpec(id=i, src=s, dst=d, tag=tag, channel=ch, dscp=dscp, ect=ect, cls=cls[dscp]))
+    return EnginePlan(
+        out_dir=out_dir, payload_bytes=sc.workload.payload_bytes, time_limit_s=sc.run.time_limit_s,
+        stall_timeout_s=sc.run.stall_timeout_s, nic_lead_ns=nic_lead_ns(sc),
+        transport=dataclasses.asdict(sc.transport), dcqcn=dataclasses.asdict(sc.dcqcn),
+        hosts=tuple(HostSpec(name=h.name, pid=host_pids[h.name], ifname=h.intf, mac=h.mac, ip=h.ip,
+                             bw_bps=sc.fabric.bw_mbps * 1e6) for h in fabric.hosts if h.name in used),
+        flows=tuple(flow_specs),
+        messages=tuple(MessageSpec(id=m.id, flow=f, bytes=m.bytes, deps=tuple(m.deps), duration_ns=m.duration_ns)
+                       for m, f in zip(messages, msg_flow)))
 
 
 def nic_lead_ns(sc: Scenario) -> int:

@@ -205,8 +205,8 @@ def test_a_message_is_released_when_its_last_dependency_completed(small_run):
     plan = json.loads((raw / "plan.json").read_text())
     m = json.loads((raw / "messages.json").read_text())
     release, complete = m["release_ns"], m["complete_ns"]
-    waiting = [(i, deps) for i, _flow, _bytes, deps, _dur in plan["messages"] if deps]
+    waiting = [(m["id"], m["deps"]) for m in plan["messages"] if m["deps"]]
     assert len(waiting) == 44   # 4 ranks x 6 ring steps x 2 iterations, less each rank's first
     assert [i for i, deps in waiting if release[i] != max(complete[d] for d in deps)] == []
-    computes = [(i, dur) for i, flow, _bytes, _deps, dur in plan["messages"] if flow < 0]
+    computes = [(m["id"], m["duration_ns"]) for m in plan["messages"] if m["flow"] < 0]
     assert [i for i, dur in computes if complete[i] != release[i] + dur] == []

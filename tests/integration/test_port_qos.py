@@ -306,9 +306,9 @@ def test_the_qos_app_hears_of_a_reroute_and_pauses_by_the_new_routes(tmp_path):
     assert changed["pause_map_changed"]
     sc = load_scenario("incast-fattree-pfc", ["qos.pfc_accounting=egress"])
     fabric = build_fabric(sc.fabric)
-    old = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))["pause_map"]
+    old = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing)).pause_map
     new = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing,
-                                                frozenset({fabric.link_by_name("a0_0-c0_0")})))["pause_map"]
+                                                frozenset({fabric.link_by_name("a0_0-c0_0")}))).pause_map
     assert new != old
     events = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
     # the agent applied it: an update with a pause map, after the controller sent it

@@ -60,8 +60,11 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
                      f"workload.bytes_per_rank={per_sender_off}", "transport.cc=none")
     bq_off = off["transport"]["steady_state"]["bottleneck_queue"]
     assert off["status"] == "ok" and off["transport"]["cnps_sent"] == 0
-    # without it the queue runs up to the buffer's limit and sits far above K
-    assert bq_off["max_bytes"] >= 0.9 * BUFFER_BYTES and bq_off["p50_bytes"] >= 10 * K_BYTES, bq_off
+    # without it the queue runs up to the buffer's limit (its peak over the run: the steady window
+    # of an incast without CC can close while the queue drains, as in a CI run of the 8:1 case whose
+    # window peaked at 14.2 MB of the 16.8 MB the run reached, dropping 6702 frames) and sits far
+    # above K through the steady state
+    assert bq_off["run_max_bytes"] >= 0.9 * BUFFER_BYTES and bq_off["p50_bytes"] >= 10 * K_BYTES, bq_off
     assert off["qos"]["queues"]["buffer_drops"] > 0
 
 

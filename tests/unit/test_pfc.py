@@ -80,3 +80,25 @@ def test_a_rows_crossing_stamp_is_rearmed_only_once_it_is_back_below_xon_and_rel
     assert st.rearm(held(0, 0, 0), np.array([0, 100, 150], np.uint64), 100).tolist() == [False, False, False]
     st.set_thresholds(np.zeros(3, np.uint64), np.zeros(3, np.uint64))                   # nothing lossless
     assert not st.rearm(held(0, 0, 0), stamped, 100).any()
+
+
+def test_the_wait_for_graph_finds_a_ring_of_paused_queues_and_not_a_chain():
+    # three switches in a ring: switch i's egress row i feeds switch i+1, whose ingress row 10+i
+    # holds those bytes and pauses leaf i (row i's own leaf); host NIC leaf 9 is paused by row 10
+    from testbed.fabric.pfc import waiting_queues
+    from testbed.fabric.qos import find_cycle
+    leaf_queue = {0: 0, 1: 1, 2: 2}             # a switch leaf's own egress queue; leaf 9 (a NIC) has none
+    switch_of = {0: 0, 1: 1, 2: 2, 10: 1, 11: 2, 12: 0}
+    egress = {s: [s] for s in range(3)}
+    depth = np.array([5000, 5000, 5000] + [0] * 10)
+    causes = {0: {10}, 1: {11}, 2: {12}, 9: {10}}
+    waits = waiting_queues(causes, leaf_queue, depth, "ingress", lambda row: egress[switch_of[row]])
+    assert waits == {0: {1}, 1: {2}, 2: {0}}
+    assert sorted(find_cycle(waits)) == [0, 1, 2]
+    # an empty queue in the ring waits on nothing and breaks it
+    depth[1] = 0
+    waits = waiting_queues(causes, leaf_queue, depth, "ingress", lambda row: egress[switch_of[row]])
+    assert not find_cycle(waits)
+    # under the egress rule a paused queue waits on the rows that paused it, themselves egress queues
+    waits = waiting_queues({0: {1}, 1: {0}}, leaf_queue, np.array([1, 1, 0]), "egress", None)
+    assert waits == {0: {1}, 1: {0}} and sorted(find_cycle(waits)) == [0, 1]

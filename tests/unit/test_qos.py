@@ -132,12 +132,12 @@ def test_policy_names_every_switch_queue_and_pauses_by_name():
     fabric = build_fabric(sc.fabric)
     pol = qos.policy(sc, fabric, compute_routes(fabric, "shortest_path"))
     n_switch_ports = sum(len(p) for p in fabric.ports.values())
-    assert len(pol["queues"]) == n_switch_ports * len(sc.classes)
-    assert pol["pfc_accounting"] == "egress" and pol["ingress"] == {}
-    assert set(pol["pause_map"]["leaf0-eth1:1"]) >= {"h0_1-eth0:1", "h0_4-eth0:1"}
-    assert all(k.endswith(":1") for k in pol["pause_map"])  # only the lossless class pauses
+    assert len(pol.queues) == n_switch_ports * len(sc.classes)
+    assert pol.pfc_accounting == "egress" and pol.ingress == {}
+    assert set(pol.pause_map["leaf0-eth1:1"]) >= {"h0_1-eth0:1", "h0_4-eth0:1"}
+    assert all(k.endswith(":1") for k in pol.pause_map)  # only the lossless class pauses
     off = qos.policy(sc.with_class_change("roce", "pfc", False), fabric, compute_routes(fabric, "shortest_path"))
-    assert off["pause_map"] == {} and not off["queues"]["leaf0-eth1:1"]["pfc_on"]
+    assert off.pause_map == {} and not off.queues["leaf0-eth1:1"].pfc_on
 
 
 @pytest.mark.parametrize("name,overrides", [("incast-pfc", []), ("pipeline-fattree", []),
@@ -146,18 +146,18 @@ def test_ingress_rule_pauses_only_the_peer_of_the_ingress_port_in_the_class_it_a
     sc = load_scenario(name, overrides)
     fabric = build_fabric(sc.fabric)
     pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
-    assert pol["pfc_accounting"] == "ingress"
+    assert pol.pfc_accounting == "ingress"
     lossless = [i for i, c in enumerate(sc.classes) if c.pfc]
     expected = {}
     for sw, ports in fabric.ports.items():
         for port, (peer, peer_port, _) in ports.items():
             up = fabric.intf_name(peer, peer_port if peer in fabric.switch_by_name else 0)
             for c in lossless:
-                expected[qos.queue_key(fabric.intf_name(sw, port), c)] = [qos.queue_key(up, c)]
-    assert pol["pause_map"] == expected
-    assert set(pol["ingress"]) == set(expected)
+                expected[qos.queue_key(fabric.intf_name(sw, port), c)] = (qos.queue_key(up, c),)
+    assert pol.pause_map == expected
+    assert set(pol.ingress) == set(expected)
     # an egress queue's depth pauses nothing under this rule: its XOFF is off in the data path
-    assert not any(q["pfc_on"] for q in pol["queues"].values())
+    assert not any(q.pfc_on for q in pol.queues.values())
 
 
 @pytest.mark.parametrize("name", ["incast-pfc", "pipeline-fattree", "dateline-torus", "pfc-deadlock-torus"])
@@ -174,12 +174,12 @@ def test_ingress_thresholds_keep_every_egress_buffer_lossless(name):
             continue
         buffer = spec.buffer_bytes or sc.fabric.queue_limit_bytes
         for sw, ports in fabric.ports.items():
-            t = {p: pol["ingress"][qos.queue_key(fabric.intf_name(sw, p), c)] for p in ports}
+            t = {p: pol.ingress[qos.queue_key(fabric.intf_name(sw, p), c)] for p in ports}
             for egress in ports:
-                worst = sum(v["xoff_bytes"] + v["headroom_bytes"] for p, v in t.items() if p != egress)
+                worst = sum(v.xoff_bytes + v.headroom_bytes for p, v in t.items() if p != egress)
                 assert worst <= buffer, (sw, egress, worst, buffer)
             for v in t.values():
-                assert frame <= v["xon_bytes"] < v["xoff_bytes"], v
+                assert frame <= v.xon_bytes < v.xoff_bytes, v
 
 
 def test_derived_ingress_thresholds_from_rates_and_reaction_time():

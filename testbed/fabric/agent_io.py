@@ -1,0 +1,150 @@
+"""The switch agent's kernel I/O: an rtnetlink socket per namespace sending prebuilt tc changes
+(a pause or resume is one message, checked by its ack), a packet socket per paused port for the XON
+frame, and Open vSwitch's input backlog from /proc/net/packet."""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from pathlib import Path
+
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
+from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
+
+from testbed.fabric.netns import netns_of
+
+NLMSG_ERROR = 2
+# About 16 frames of 4 KB (in truesize): ~5 ms of a 100 Mb/s link waiting unseen in a switch's input.
+INPUT_BUSY_BYTES = 96 * 1024
+
+
+def socket_in(ns_pid: int, family: int) -> socket.socket:
+    """A raw socket of ``family`` opened in a host's namespace (0: this one)."""
+    if not ns_pid:
+        return socket.socket(family, socket.SOCK_RAW, 0)
+    with netns_of(ns_pid):
+        return socket.socket(family, socket.SOCK_RAW, 0)
+
+
+class Netlink:
+    """One rtnetlink socket per namespace; sends prebuilt messages and checks the ack."""
+
+    def __init__(self):
+        self._socks: dict[int, socket.socket] = {}
+        self._buf = bytearray(8192)
+
+    def sock(self, ns_pid: int) -> socket.socket:
+        s = self._socks.get(ns_pid)
+        if s is None:
+            s = socket_in(ns_pid, socket.AF_NETLINK)
+            s.bind((0, 0))
+            self._socks[ns_pid] = s
+        return s
+
+    def request(self, ns_pid: int, msg: bytes) -> None:
+        s = self.sock(ns_pid)
+        s.send(msg)
+        n = s.recv_into(self._buf)
+        _len, typ, _flags, _seq, _pid, err = struct.unpack_from("IHHIIi", self._buf)
+        if typ != NLMSG_ERROR or err != 0:
+            raise OSError(-err, f"netlink: {os.strerror(-err) if err else typ}")
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close()
+
+
+def pfc_frame(cls: int, pause_quanta: int) -> bytes:
+    """An 802.1Qbb frame for one priority: pause_quanta 0 is XON."""
+    from scapy.all import Ether, raw
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    fields = {f"c{cls}_enabled": 1, f"c{cls}_pause_time": pause_quanta}
+    return raw(Ether(dst="01:80:c2:00:00:01", src="02:00:00:00:00:00") / MACControlClassBasedFlowControl(**fields))
+
+
+class PortSockets:
+    """An AF_PACKET socket per paused port (opened in its namespace), to hand it the XON frame."""
+
+    def __init__(self):
+        self._socks: dict[tuple[int, str], socket.socket] = {}
+
+    def open(self, ns_pid: int, ifname: str) -> socket.socket:
+        s = self._socks.get((ns_pid, ifname))
+        if s is None:
+            s = socket_in(ns_pid, socket.AF_PACKET)
+            s.bind((ifname, 0))
+            self._socks[(ns_pid, ifname)] = s
+        return s
+
+    def send(self, ns_pid: int, ifname: str, frame: bytes) -> None:
+        self.open(ns_pid, ifname).send(frame)
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close()
+
+
+def _tc_message(leaf: dict, msg_type: int, handle: int, parent: int, kind: str, options: dict) -> bytes:
+    """A prebuilt tc change request (no NLM_F_CREATE: the qdisc or class must exist)."""
+    msg = tcmsg()
+    msg["index"] = leaf["ifindex"]
+    msg["handle"] = handle
+    msg["parent"] = parent
+    msg["attrs"] = [["TCA_KIND", kind], ["TCA_OPTIONS", options]]
+    msg["header"]["type"] = msg_type
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg.encode()
+    return bytes(msg.data)
+
+
+def htb_class_message(leaf: dict, params: dict) -> bytes:
+    """A change of the leaf's HTB class (its bucket, around a resume)."""
+    return _tc_message(leaf, RTM_NEWTCLASS, leaf["htb_classid"], leaf["htb_parent"], "htb",
+                       sched_htb.get_class_parameters(dict(params)))
+
+
+def tbf_message(leaf: dict, params: dict) -> bytes:
+    """A change of the leaf's TBF (its rate: pause or resume)."""
+    return _tc_message(leaf, RTM_NEWQDISC, leaf["handle"], leaf["parent"], "tbf",
+                       sched_tbf.get_parameters(dict(params)))
+
+
+class InputBacklog:
+    """How much waits in Open vSwitch's receive socket of each switch port (userspace datapath):
+    frames there have left the upstream queue but not reached any egress queue, a first-come
+    first-served buffer that neither priorities nor pauses see. Read from /proc/net/packet
+    (Rmem: the socket's receive memory, skb truesize), all sockets in one read."""
+
+    def __init__(self, ifindex_port: dict[int, str]):
+        self.ports = ifindex_port
+        self.max_bytes: dict[str, int] = {}
+        self.now_bytes: dict[str, int] = {}   # at the last sample
+        self.samples = 0
+        self.busy_samples = 0  # samples in which some port held more than BUSY_BYTES
+
+    def sample(self) -> None:
+        try:
+            lines = Path("/proc/net/packet").read_text().splitlines()[1:]
+        except OSError:
+            return
+        busy = False
+        self.now_bytes = {}
+        for line in lines:
+            f = line.split()
+            port = self.ports.get(int(f[4]))
+            rmem = int(f[6])
+            if port is None or not rmem:
+                continue
+            self.now_bytes[port] = self.now_bytes.get(port, 0) + rmem
+            if rmem > self.max_bytes.get(port, 0):
+                self.max_bytes[port] = rmem
+            busy |= rmem > INPUT_BUSY_BYTES
+        self.samples += 1
+        self.busy_samples += busy
+
+    def result(self) -> dict:
+        worst = sorted(self.max_bytes.items(), key=lambda kv: kv[1], reverse=True)[:5]
+        return {"samples": self.samples, "busy_samples": self.busy_samples, "busy_threshold_bytes": INPUT_BUSY_BYTES,
+                "max_bytes": max(self.max_bytes.values(), default=0),
+                "worst_ports": [{"port": p, "max_bytes": b} for p, b in worst]}

@@ -1,0 +1,89 @@
+"""Keeping the data path's counts true where the kernel loses frames behind its back: the switch
+agent's two reconciliations, each run every report interval (100 ms).
+
+- StaleDepths: a queue whose frames vanished without reaching the far end (a link taken down
+  resets its qdisc) would keep a depth forever; the kernel's own backlog of the leaf decides.
+- IngressLeaks: a frame the switch dropped without an egress seeing it (Open vSwitch has no route
+  for it while a route is replaced, or its port is down) would stay counted at its ingress, and
+  that (port, class) would pause its peer for good; what no place could still hold is written off.
+Each logs what it corrected through the agent's event log.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from pyroute2 import IPRoute
+
+
+def held_bytes(ing: np.ndarray) -> np.ndarray:
+    """Bytes each (ingress port, class) holds in its switch (ingress rule)."""
+    return (ing["in_bytes"].astype(np.int64) - ing["out_bytes"].astype(np.int64)
+            - ing["lost_bytes"].astype(np.int64))
+
+
+class StaleDepths:
+    def __init__(self, n: int, plan_row: np.ndarray, queue_leaf: dict[int, int], leaves: list[dict],
+                 log: Callable[[dict], None]):
+        self.plan_row, self.queue_leaf, self.leaves, self.log = plan_row, queue_leaf, leaves, log
+        self._enq = self._deq = np.zeros(n, dtype=np.uint64)
+        self._ipr: IPRoute | None = None
+
+    def check(self, q: np.ndarray, paused_leaves) -> None:
+        """Suspects: unchanged counters since the last check, a depth, and not paused."""
+        enq, deq = q["enq_pkts"].copy(), q["deq_pkts"].copy()
+        suspect = (enq == self._enq) & (deq == self._deq) & (q["depth_bytes"] > 0)
+        self._enq, self._deq = enq, deq
+        rows = [int(r) for r in np.flatnonzero(suspect)
+                if self.plan_row[r] >= 0 and self.queue_leaf[int(r)] not in paused_leaves]
+        if not rows:
+            return
+        if self._ipr is None:
+            self._ipr = IPRoute()
+        for r in rows:
+            leaf = self.leaves[self.queue_leaf[r]]
+            kernel = next((m for m in self._ipr.get_qdiscs(index=leaf["ifindex"])
+                           if m["handle"] == leaf["handle"]), None)
+            stats = kernel.get_nested("TCA_STATS2", "TCA_STATS_QUEUE") if kernel is not None else None
+            if stats is not None and stats.get("qlen", 1) == 0:
+                stale = int(q["depth_bytes"][r])
+                q["depth_bytes"][r] = 0
+                self.log({"event": "depth_resync", "port": leaf["ifname"], "class": leaf["class"],
+                          "stale_bytes": stale})
+
+    def close(self) -> None:
+        if self._ipr is not None:
+            self._ipr.close()
+
+
+class IngressLeaks:
+    def __init__(self, plan_row: np.ndarray, queues: list[dict], switch_rows: dict[str, list[int]],
+                 log: Callable[[dict], None]):
+        self.plan_row, self.queues, self.switch_rows, self.log = plan_row, queues, switch_rows, log
+        self._last = None      # the rows' counters at the last check
+        self.resyncs = 0
+
+    def check(self, ing: np.ndarray, depth: np.ndarray, input_bytes: dict[str, int]) -> None:
+        """A row can only hold what waits in its port's input socket (input_bytes, by port) plus
+        what the switch's egress queues hold: of a row that saw no frame in or out since the last
+        check, anything above that is written off as lost."""
+        now = (ing["in_pkts"].copy(), ing["out_pkts"].copy())
+        last, self._last = self._last, now
+        if last is None:
+            return
+        held = held_bytes(ing)
+        suspect = (now[0] == last[0]) & (now[1] == last[1]) & (held > 0)
+        if not suspect.any():
+            return
+        for r in np.flatnonzero(suspect):
+            r = int(r)
+            if self.plan_row[r] < 0:
+                continue
+            q = self.queues[self.plan_row[r]]
+            could = input_bytes.get(q["ifname"], 0) + int(sum(int(depth[e]) for e in self.switch_rows[q["node"]]))
+            lost = int(held[r]) - could
+            if lost <= 0:
+                continue
+            ing["lost_bytes"][r] += lost
+            self.resyncs += 1
+            self.log({"event": "ingress_resync", "port": q["ifname"], "class": q["class"], "lost_bytes": lost})
