@@ -6,7 +6,6 @@ import tomllib
 from pathlib import Path
 
 from testbed.analysis import summary as analysis
-
 from testbed.run import runner
 from testbed.scenario import Scenario, load_document, load_scenario
 

@@ -10,13 +10,11 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from testbed.fabric import bpfmaps
-
-from testbed.run import probe
-
 from testbed.analysis.bounds import planned_bound
+from testbed.fabric import bpfmaps
 from testbed.fabric import qos
 from testbed.fabric.routing import compute_routes
+from testbed.run import probe
 from testbed.scenario import Scenario, build_fabric
 from testbed.traffic.workload import build_messages
 

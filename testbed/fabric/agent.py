@@ -38,9 +38,10 @@ import numpy as np
 from testbed.fabric.agent_io import InputBacklog, Netlink, PortSockets, htb_class_message, pfc_frame, tbf_message
 from testbed.fabric.agent_link import (Applied, ControllerLink, DeadlockFound, PolicyMessage, PolicyUpdate,
                                        TelemetrySummary, TrafficStarted, WatchdogFired)
+from testbed.fabric.agent_plan import AgentPlan
 from testbed.fabric.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.fabric.pfc import Pause, PfcState, Resume, waiting_queues
-from testbed.fabric.qos import QueueProfile, find_cycle, queue_key
+from testbed.fabric.qos import QueueProfile, find_cycle
 from testbed.fabric.reconcile import IngressLeaks, StaleDepths, held_bytes
 from testbed.fabric.telemetry import TelemetryWriter
 from testbed.runfolder import RunFolder
@@ -60,32 +61,34 @@ RESTORE_FRAMES = 0
 
 
 class Agent:
-    def __init__(self, plan: dict, maps: MappedArrays):
+    def __init__(self, plan: AgentPlan, maps: MappedArrays):
         self.plan, self.maps = plan, maps
-        self.folder = RunFolder(plan["out_dir"])
+        self.folder = RunFolder(plan.out_dir)
         self.nl = Netlink()
-        self.queues = plan["queues"]                      # switch queues
-        self.qidx = np.array([q["index"] for q in self.queues], dtype=np.int64)
+        self.queues = plan.queues                         # switch queues
+        # per queue (plan row): the policy in force, as agent.json reports it (profile, ingress)
+        self.queue_policy: list[dict] = [{} for _ in self.queues]
+        self.qidx = np.array([q.index for q in self.queues], dtype=np.int64)
         # Everything below works on the contiguous prefix of the BPF arrays that holds every
         # queue (a view: no copy per look); rows of unused classes stay zero.
         self.n = int(self.qidx.max()) + 1 if len(self.qidx) else 0
         self.plan_row = np.full(self.n, -1, dtype=np.int64)
         self.plan_row[self.qidx] = np.arange(len(self.qidx))
-        self.leaves = plan["leaves"]                      # every pausable leaf
+        self.leaves = plan.leaves                      # every pausable leaf
         # per pausable leaf: pause, resume, its HTB bucket cut to a frame for the resume, and given back
-        self.leaf_msgs = [(tbf_message(l, l["paused"]), tbf_message(l, l["running"]),
-                           htb_class_message(l, l["htb_resume"]), htb_class_message(l, l["htb_running"]))
-                          if l["pausable"] else None for l in self.leaves]
+        self.leaf_msgs = [(tbf_message(l, l.paused), tbf_message(l, l.running),
+                           htb_class_message(l, l.htb_resume), htb_class_message(l, l.htb_running))
+                          if l.pausable else None for l in self.leaves]
         # leaf -> when its own HTB bucket goes back: after RESTORE_FRAMES frame times at its rate
         self.restore_at: dict[int, int] = {}
-        self.frame_ns = [plan["frame_bytes"] * 8e9 / l["bw_bps"] if l["pausable"] else 0 for l in self.leaves]
+        self.frame_ns = [plan.frame_bytes * 8e9 / l.bw_bps if l.pausable else 0 for l in self.leaves]
         self.xon_frames = [pfc_frame(c, 0) for c in range(8)]
         self.port_socks = PortSockets()
-        self.leaf_queue = {i: l["queue"] for i, l in enumerate(self.leaves) if l["queue"] >= 0}
+        self.leaf_queue = {i: l.queue for i, l in enumerate(self.leaves) if l.queue >= 0}
         self.queue_leaf = {ix: i for i, ix in self.leaf_queue.items()}
-        # The controller names queues "<interface>:<class>" (testbed.fabric.qos.queue_key).
-        self.key_index = {queue_key(q["ifname"], q["class"]): q["index"] for q in self.queues}
-        self.key_leaf = {queue_key(l["ifname"], l["class"]): i for i, l in enumerate(self.leaves)}
+        # The controller's policy names a queue by its QueueId's key; the data path, by its row.
+        self.key_index = {q.id.key: q.index for q in self.queues}
+        self.key_leaf = {l.id.key: i for i, l in enumerate(self.leaves)}
         # Policy state, from the controller: the PFC rule; queue index (an egress queue, or under
         # the ingress rule the (ingress port, class) of the same index) -> leaf ids to pause;
         # thresholds.
@@ -98,7 +101,7 @@ class Agent:
         # a switch's egress queue rows (the deadlock check follows an ingress row to them)
         self.switch_rows: dict[str, list[int]] = {}
         for q in self.queues:
-            self.switch_rows.setdefault(q["node"], []).append(q["index"])
+            self.switch_rows.setdefault(q.node, []).append(q.index)
         self.paused_since: dict[int, int] = {}
         self.events = open(self.folder.pfc_events, "w", buffering=1 << 16)
         self.telemetry = TelemetryWriter(self.folder.telemetry, self.plan_row)
@@ -119,8 +122,8 @@ class Agent:
         for leaf_ids in self.pfc.feeders.values():
             for leaf in leaf_ids:
                 l = self.leaves[leaf]
-                self.nl.sock(l["ns_pid"])
-                self.port_socks.open(l["ns_pid"], l["ifname"])
+                self.nl.sock(l.ns_pid)
+                self.port_socks.open(l.ns_pid, l.ifname)
 
     def apply_policy(self, msg: PolicyMessage | PolicyUpdate) -> None:
         """A policy (everything) or an update (the queues that changed, and the pause map and the
@@ -129,7 +132,7 @@ class Agent:
         if isinstance(msg, PolicyMessage):
             pol = msg.policy
             m.dscp_class[:NON_IP_KEY + 1] = pol.dscp_class
-            m.dscp_class[FIRST_MINOR_KEY] = self.plan["first_minor"]
+            m.dscp_class[FIRST_MINOR_KEY] = self.plan.first_minor
             self.rule = pol.pfc_accounting
             self.reaction_allowance_ns = int(pol.reaction_allowance_us * 1e3)
             queues, pause_map, ingress = pol.queues, pol.pause_map, pol.ingress
@@ -141,7 +144,7 @@ class Agent:
         for key, prof in queues.items():
             ix = self.key_index[key]
             m.profiles[ix] = prof.bpf_row()
-            self.queues[self.plan_row[ix]].update(profile=prof.to_json())
+            self.queue_policy[self.plan_row[ix]]["profile"] = prof.to_json()
             if self.rule == "egress":
                 xoff[ix], xon[ix] = prof.xoff_bytes if prof.pfc_on else 0, prof.xon_bytes
         if self.rule == "ingress" and ingress is not None:
@@ -153,7 +156,7 @@ class Agent:
                 ix = self.key_index[key]
                 xoff[ix], xon[ix] = th.xoff_bytes, th.xon_bytes
                 m.ingress["xoff_bytes"][ix] = th.xoff_bytes
-                self.queues[self.plan_row[ix]].update(ingress=th.to_json())
+                self.queue_policy[self.plan_row[ix]]["ingress"] = th.to_json()
         # a row no longer lossless stops holding its upstreams back
         self.carry_out(self.pfc.set_thresholds(xoff, xon))
         applied = Applied(kind=msg.TYPE, queues=len(queues), ecn_queues=int(sum(q.ecn_on for q in queues.values())),
@@ -176,12 +179,12 @@ class Agent:
                 self._resume(d.leaf, d.row, d.reason)
             else:
                 q = self.queues[self.plan_row[d.row]]
-                self._log({"event": "watchdog_restored", "queue": q["ifname"], "class": q["class"]})
+                self._log({"event": "watchdog_restored", "queue": q.ifname, "class": q.cls})
 
     def _pause(self, leaf: int, row: int, cross_ns: int) -> None:
         """row: the queue index of the row asking for the pause."""
         l = self.leaves[leaf]
-        self.nl.request(l["ns_pid"], self.leaf_msgs[leaf][0])
+        self.nl.request(l.ns_pid, self.leaf_msgs[leaf][0])
         t = time.monotonic_ns()
         self.paused_since[leaf] = t
         self.pauses += 1
@@ -190,24 +193,24 @@ class Agent:
             self.reaction_ns.append(reaction)
             self.max_reaction[row] = max(self.max_reaction[row], reaction)
         q = self.queues[self.plan_row[row]]
-        self._log({"t_ns": t, "event": "pause", "node": l["node"], "port": l["ifname"], "class": l["class"],
-                   "cause": q["ifname"], "cause_class": q["class"], "accounting": self.rule, "xoff_cross_ns": cross_ns,
+        self._log({"t_ns": t, "event": "pause", "node": l.node, "port": l.ifname, "class": l.cls,
+                   "cause": q.ifname, "cause_class": q.cls, "accounting": self.rule, "xoff_cross_ns": cross_ns,
                    "reaction_ns": reaction})
 
     def _resume(self, leaf: int, row: int, reason: str) -> None:
         l = self.leaves[leaf]
         # HTB saved up its whole bucket while the class was paused (idle, to HTB): a one-frame
         # bucket first, so the first frame that leaves spends the credit, not a burst of it
-        self.nl.request(l["ns_pid"], self.leaf_msgs[leaf][2])
-        self.nl.request(l["ns_pid"], self.leaf_msgs[leaf][1])
+        self.nl.request(l.ns_pid, self.leaf_msgs[leaf][2])
+        self.nl.request(l.ns_pid, self.leaf_msgs[leaf][1])
         self.restore_at[leaf] = time.monotonic_ns() + int(RESTORE_FRAMES * self.frame_ns[leaf])
         # The TBF's new rate only counts once its qdisc runs again; the XON frame makes it run.
-        self.port_socks.send(l["ns_pid"], l["ifname"], self.xon_frames[l["class"]])
+        self.port_socks.send(l.ns_pid, l.ifname, self.xon_frames[l.cls])
         t = time.monotonic_ns()
         since = self.paused_since.pop(leaf)
         self.resumes += 1
-        self._log({"t_ns": t, "event": "resume", "node": l["node"], "port": l["ifname"], "class": l["class"],
-                   "cause": self.queues[self.plan_row[row]]["ifname"], "paused_ns": t - since, "reason": reason})
+        self._log({"t_ns": t, "event": "resume", "node": l.node, "port": l.ifname, "class": l.cls,
+                   "cause": self.queues[self.plan_row[row]].ifname, "paused_ns": t - since, "reason": reason})
 
     def restore_buckets(self, now: int) -> None:
         """Give resumed leaves their own HTB bucket back, once their first frames have left (it
@@ -215,7 +218,7 @@ class Agent:
         for leaf, at in list(self.restore_at.items()):
             if now >= at:
                 del self.restore_at[leaf]
-                self.nl.request(self.leaves[leaf]["ns_pid"], self.leaf_msgs[leaf][3])
+                self.nl.request(self.leaves[leaf].ns_pid, self.leaf_msgs[leaf][3])
 
     def check_watchdog(self, now: int, limit_ns: int) -> None:
         for leaf, since in list(self.paused_since.items()):
@@ -223,9 +226,9 @@ class Agent:
                 continue
             self.watchdog_fired += 1
             rows = sorted(self.pfc.causes.get(leaf, ()))
-            fired = WatchdogFired(node=self.leaves[leaf]["node"], port=self.leaves[leaf]["ifname"],
-                                  cls=self.leaves[leaf]["class"], paused_ns=now - since,
-                                  causes=[self.queues[self.plan_row[r]]["ifname"] for r in rows])
+            fired = WatchdogFired(node=self.leaves[leaf].node, port=self.leaves[leaf].ifname,
+                                  cls=self.leaves[leaf].cls, paused_ns=now - since,
+                                  causes=[self.queues[self.plan_row[r]].ifname for r in rows])
             self._log({"event": "watchdog", **fired.body()})
             self.controller.send(fired)
             self.carry_out(self.pfc.watchdog(leaf))
@@ -235,7 +238,7 @@ class Agent:
         no progress for stuck_ns is a deadlock."""
         q = self.maps.queues[:self.n]
         waits = waiting_queues(self.pfc.causes, self.leaf_queue, q["depth_bytes"], self.rule,
-                               lambda row: self.switch_rows[self.queues[self.plan_row[row]]["node"]])
+                               lambda row: self.switch_rows[self.queues[self.plan_row[row]].node])
         cycle = find_cycle(waits)
         if not cycle:
             self._stuck_since = {}
@@ -247,8 +250,8 @@ class Agent:
             self._stuck_since = {key: (now, deq)}
             return
         if now - seen[0] >= stuck_ns and self.deadlock is None:
-            members = [{"port": self.queues[self.plan_row[r]]["ifname"],
-                        "class": self.queues[self.plan_row[r]]["class"],
+            members = [{"port": self.queues[self.plan_row[r]].ifname,
+                        "class": self.queues[self.plan_row[r]].cls,
                         "depth_bytes": int(q["depth_bytes"][r])} for r in cycle]
             self.deadlock = {"t_ns": now, "stuck_ms": (now - seen[0]) / 1e6, "cycle": members}
             self._log({"event": "deadlock", **self.deadlock})
@@ -263,7 +266,7 @@ class Agent:
         top = np.argsort(depth)[::-1][:3]
         self.controller.send(TelemetrySummary(
             t_ns=now,
-            deepest=[[self.queues[self.plan_row[r]]["ifname"], int(self.queues[self.plan_row[r]]["class"]),
+            deepest=[[self.queues[self.plan_row[r]].ifname, int(self.queues[self.plan_row[r]].cls),
                       int(depth[r])] for r in top if depth[r] and self.plan_row[r] >= 0],
             marked=int(q["mark_pkts"].sum()), dropped=int(q["drop_pkts"].sum()),
             paused_ports=len(self.pfc.causes), pauses=self.pauses))
@@ -273,16 +276,16 @@ class Agent:
     def run(self) -> dict:
         """Look, sample and keep house until asked to stop; then resume everything and report."""
         p = self.plan
-        sample_ns = int(1e9 / p["telemetry_hz"])
+        sample_ns = int(1e9 / p.telemetry_hz)
         # Without PFC nothing needs a faster look than the telemetry's.
-        poll_ns = int(1e9 / p["poll_hz"]) if self.pfc.feeders else sample_ns
-        self._stuck_ns = int(p["deadlock_detect_ms"] * 1e6)
-        self._watchdog_ns = int(p["watchdog_ms"] * 1e6)
+        poll_ns = int(1e9 / p.poll_hz) if self.pfc.feeders else sample_ns
+        self._stuck_ns = int(p.deadlock_detect_ms * 1e6)
+        self._watchdog_ns = int(p.watchdog_ms * 1e6)
         self._stuck_since: dict = {}
         self._traffic_started = False
         self._view = view = self.maps.queues[:self.n]
         self._ing = self.maps.ingress[:self.n]
-        self._inputs = InputBacklog({l["ifindex"]: l["ifname"] for l in self.leaves if l["switch"]})
+        self._inputs = InputBacklog({l.ifindex: l.ifname for l in self.leaves if l.switch})
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic_ns()
         self._last_look, self._blind_max_ns, self._blind_over_ms = start, 0, 0
@@ -394,9 +397,9 @@ class Agent:
             "deadlock": self.deadlock,
             "ovs_input_backlog": self._inputs.result(),
             "controller_lost": self.controller.lost,
-            "queues": self.queues,
-            "queues_end": [{"row": r, "port": self.queues[r]["ifname"], "node": self.queues[r]["node"],
-                            "class": self.queues[r]["class"], "max_depth_bytes": int(self.max_depth[qidx[r]]),
+            "queues": [{**q.to_json(), **pol} for q, pol in zip(self.queues, self.queue_policy)],
+            "queues_end": [{"row": r, "port": self.queues[r].ifname, "node": self.queues[r].node,
+                            "class": self.queues[r].cls, "max_depth_bytes": int(self.max_depth[qidx[r]]),
                             "depth_bytes": int(q_end["depth_bytes"][r]),
                             **{f: int(q_end[f][r]) for f in ("enq_pkts", "enq_bytes", "deq_pkts", "drop_pkts",
                                                             "ect_pkts", "mark_pkts", "xoff_crossings")}}
@@ -404,7 +407,7 @@ class Agent:
             "pfc_accounting": self.rule, "ingress_resyncs": self.leaks.resyncs,
             "ingress_end": self._ingress_end() if self.rule == "ingress" else [],
             "ecn_hist": {str(r): {"ect": hists["ect"][r].tolist(), "marked": hists["marked"][r].tolist(),
-                                  "bucket_bytes": QueueProfile.from_json(self.queues[r]["profile"]).hist_bucket_bytes}
+                                  "bucket_bytes": QueueProfile.from_json(self.queue_policy[r]["profile"]).hist_bucket_bytes}
                          for r in range(len(qidx)) if hists["ect"][r].any()},
         }
 
@@ -418,14 +421,13 @@ class Agent:
             if not ing["in_pkts"][r]:
                 continue
             q = self.queues[r]
-            out.append({"port": q["ifname"], "node": q["node"], "class": q["class"],
+            out.append({"port": q.ifname, "node": q.node, "class": q.cls,
                         "in_pkts": int(ing["in_pkts"][r]), "in_bytes": int(ing["in_bytes"][r]),
                         "out_pkts": int(ing["out_pkts"][r]), "out_bytes": int(ing["out_bytes"][r]),
                         "lost_bytes": int(ing["lost_bytes"][r]), "held_bytes": int(held[r]),
                         "max_held_bytes": int(self.max_held[ix]), "xoff_crossings": int(ing["xoff_crossings"][r]),
                         "max_reaction_us": int(self.max_reaction[ix]) / 1e3,
-                        **({k: q["ingress"][k] for k in ("xoff_bytes", "xon_bytes", "headroom_bytes")}
-                           if "ingress" in q else {})})
+                        **self.queue_policy[r].get("ingress", {})})
         return out
 
     def close(self) -> None:
@@ -439,8 +441,8 @@ class Agent:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    plan = json.loads(Path(argv[0]).read_text())
-    maps = MappedArrays({k: int(v) for k, v in plan["map_fds"].items()})
+    plan = AgentPlan.from_json(json.loads(Path(argv[0]).read_text()))
+    maps = MappedArrays({k: int(v) for k, v in plan.map_fds.items()})
     agent = Agent(plan, maps)
     gc.disable()
 
@@ -449,7 +451,7 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    agent.controller = ControllerLink(plan["controller_socket"])
+    agent.controller = ControllerLink(plan.controller_socket)
     first = agent.controller.receive(timeout_s=30.0)
     if not first or not isinstance(first[0], PolicyMessage):
         raise SystemExit(f"the controller sent no port policy (got {first!r})")

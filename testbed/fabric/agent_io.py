@@ -12,6 +12,7 @@ from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
 from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
 
+from testbed.fabric.agent_plan import LeafSpec
 from testbed.fabric.netns import netns_of
 
 NLMSG_ERROR = 2
@@ -85,10 +86,10 @@ class PortSockets:
             s.close()
 
 
-def _tc_message(leaf: dict, msg_type: int, handle: int, parent: int, kind: str, options: dict) -> bytes:
+def _tc_message(leaf: LeafSpec, msg_type: int, handle: int, parent: int, kind: str, options: dict) -> bytes:
     """A prebuilt tc change request (no NLM_F_CREATE: the qdisc or class must exist)."""
     msg = tcmsg()
-    msg["index"] = leaf["ifindex"]
+    msg["index"] = leaf.ifindex
     msg["handle"] = handle
     msg["parent"] = parent
     msg["attrs"] = [["TCA_KIND", kind], ["TCA_OPTIONS", options]]
@@ -98,15 +99,15 @@ def _tc_message(leaf: dict, msg_type: int, handle: int, parent: int, kind: str, 
     return bytes(msg.data)
 
 
-def htb_class_message(leaf: dict, params: dict) -> bytes:
+def htb_class_message(leaf: LeafSpec, params: dict) -> bytes:
     """A change of the leaf's HTB class (its bucket, around a resume)."""
-    return _tc_message(leaf, RTM_NEWTCLASS, leaf["htb_classid"], leaf["htb_parent"], "htb",
+    return _tc_message(leaf, RTM_NEWTCLASS, leaf.htb_classid, leaf.htb_parent, "htb",
                        sched_htb.get_class_parameters(dict(params)))
 
 
-def tbf_message(leaf: dict, params: dict) -> bytes:
+def tbf_message(leaf: LeafSpec, params: dict) -> bytes:
     """A change of the leaf's TBF (its rate: pause or resume)."""
-    return _tc_message(leaf, RTM_NEWQDISC, leaf["handle"], leaf["parent"], "tbf",
+    return _tc_message(leaf, RTM_NEWQDISC, leaf.handle, leaf.parent, "tbf",
                        sched_tbf.get_parameters(dict(params)))
 
 

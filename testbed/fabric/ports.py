@@ -27,6 +27,7 @@ from pyroute2.ethtool.ioctl import IoctlEthtool
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
+from testbed.fabric.agent_plan import LeafSpec
 from testbed.fabric.bpfmaps import MAX_CLASSES, PortQosObject
 from testbed.fabric.netns import netns_of
 from testbed.fabric.qos import PortLayout, switch_port_slots
@@ -195,7 +196,7 @@ class PortManager:
         return {"rate": f"{hc.rate_bps:.0f}bit", "ceil": f"{hc.ceil_bps:.0f}bit", "prio": hc.prio,
                 "quantum": hc.quantum_bytes, "burst": b, "cburst": b, "mtu": c.mtu_bytes + 14}
 
-    def leaves(self) -> list[dict]:
+    def leaves(self) -> tuple[LeafSpec, ...]:
         """Every (port, class) leaf, as the switch agent needs it to pause and resume it. A paused
         class's HTB bucket fills while it waits (HTB sees an idle class), so a resume would let
         the whole bucket out at once, ahead of the link's rate: the agent resumes a leaf with a
@@ -205,17 +206,15 @@ class PortManager:
         frame = self.config.layout.frame_bytes
         for p in self.ports:
             for cls in range(len(self.config.layout.buffers_bytes)):
-                out.append({"node": p.node, "port": p.port, "ifname": p.ifname, "class": cls,
-                            "ns_pid": p.ns_pid, "ifindex": p.index, "handle": leaf_handle(cls),
-                            "parent": ROOT_HANDLE | leaf_minor(cls), "switch": p.is_switch,
-                            "queue": p.slot * MAX_CLASSES + cls if p.is_switch else -1,
-                            "pausable": self.config.layout.pausable,
-                            "running": self.tbf_running(p, cls), "paused": self.tbf_paused(p, cls),
-                            "htb_classid": ROOT_HANDLE | leaf_minor(cls), "htb_parent": CLASS_HANDLE,
-                            "htb_running": self.htb_class(p, cls),
-                            "htb_resume": self.htb_class(p, cls, burst=frame),
-                            "bw_bps": p.bw_mbps * 1e6})
-        return out
+                out.append(LeafSpec(node=p.node, port=p.port, ifname=p.ifname, cls=cls, ns_pid=p.ns_pid,
+                                    ifindex=p.index, handle=leaf_handle(cls), parent=ROOT_HANDLE | leaf_minor(cls),
+                                    switch=p.is_switch, queue=p.slot * MAX_CLASSES + cls if p.is_switch else -1,
+                                    pausable=self.config.layout.pausable,
+                                    running=self.tbf_running(p, cls), paused=self.tbf_paused(p, cls),
+                                    htb_classid=ROOT_HANDLE | leaf_minor(cls), htb_parent=CLASS_HANDLE,
+                                    htb_running=self.htb_class(p, cls), htb_resume=self.htb_class(p, cls, burst=frame),
+                                    bw_bps=p.bw_mbps * 1e6))
+        return tuple(out)
 
     def _offloads_off(self) -> None:
         """What `ethtool -K IF tx off rx off tso off gso off gro off` turns off, by the ethtool ioctl

@@ -15,6 +15,8 @@ from typing import Callable
 import numpy as np
 from pyroute2 import IPRoute
 
+from testbed.fabric.agent_plan import LeafSpec, QueueSpec
+
 
 def held_bytes(ing: np.ndarray) -> np.ndarray:
     """Bytes each (ingress port, class) holds in its switch (ingress rule)."""
@@ -23,7 +25,7 @@ def held_bytes(ing: np.ndarray) -> np.ndarray:
 
 
 class StaleDepths:
-    def __init__(self, n: int, plan_row: np.ndarray, queue_leaf: dict[int, int], leaves: list[dict],
+    def __init__(self, n: int, plan_row: np.ndarray, queue_leaf: dict[int, int], leaves: tuple[LeafSpec, ...],
                  log: Callable[[dict], None]):
         self.plan_row, self.queue_leaf, self.leaves, self.log = plan_row, queue_leaf, leaves, log
         self._enq = self._deq = np.zeros(n, dtype=np.uint64)
@@ -42,13 +44,13 @@ class StaleDepths:
             self._ipr = IPRoute()
         for r in rows:
             leaf = self.leaves[self.queue_leaf[r]]
-            kernel = next((m for m in self._ipr.get_qdiscs(index=leaf["ifindex"])
-                           if m["handle"] == leaf["handle"]), None)
+            kernel = next((m for m in self._ipr.get_qdiscs(index=leaf.ifindex)
+                           if m["handle"] == leaf.handle), None)
             stats = kernel.get_nested("TCA_STATS2", "TCA_STATS_QUEUE") if kernel is not None else None
             if stats is not None and stats.get("qlen", 1) == 0:
                 stale = int(q["depth_bytes"][r])
                 q["depth_bytes"][r] = 0
-                self.log({"event": "depth_resync", "port": leaf["ifname"], "class": leaf["class"],
+                self.log({"event": "depth_resync", "port": leaf.ifname, "class": leaf.cls,
                           "stale_bytes": stale})
 
     def close(self) -> None:
@@ -57,7 +59,7 @@ class StaleDepths:
 
 
 class IngressLeaks:
-    def __init__(self, plan_row: np.ndarray, queues: list[dict], switch_rows: dict[str, list[int]],
+    def __init__(self, plan_row: np.ndarray, queues: tuple[QueueSpec, ...], switch_rows: dict[str, list[int]],
                  log: Callable[[dict], None]):
         self.plan_row, self.queues, self.switch_rows, self.log = plan_row, queues, switch_rows, log
         self._last = None      # the rows' counters at the last check
@@ -80,10 +82,10 @@ class IngressLeaks:
             if self.plan_row[r] < 0:
                 continue
             q = self.queues[self.plan_row[r]]
-            could = input_bytes.get(q["ifname"], 0) + int(sum(int(depth[e]) for e in self.switch_rows[q["node"]]))
+            could = input_bytes.get(q.ifname, 0) + int(sum(int(depth[e]) for e in self.switch_rows[q.node]))
             lost = int(held[r]) - could
             if lost <= 0:
                 continue
             ing["lost_bytes"][r] += lost
             self.resyncs += 1
-            self.log({"event": "ingress_resync", "port": q["ifname"], "class": q["class"], "lost_bytes": lost})
+            self.log({"event": "ingress_resync", "port": q.ifname, "class": q.cls, "lost_bytes": lost})

@@ -15,15 +15,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.fabric import bpfmaps
-from testbed.paths import PROJECT_ROOT
-
-from testbed.run import probe
-
 from testbed.errors import RunFailed
+from testbed.fabric import bpfmaps
 from testbed.fabric import qos
+from testbed.fabric.agent_plan import AgentPlan, QueueSpec
 from testbed.fabric.net import EmulatedFabric
 from testbed.fabric.ports import PortConfig, leaf_minor
+from testbed.paths import PROJECT_ROOT
+from testbed.run import probe
 from testbed.run.capture import HostCaptures
 from testbed.run.controller import Controller
 from testbed.run.cpu import CpuMeter
@@ -180,11 +179,11 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
                 rf.engine_plan.write_text(json.dumps(plan.to_json()))
                 agent_plan = build_agent_plan(sc, net.ports, str(run_dir), agent_socket)
-                rf.agent_plan.write_text(json.dumps(agent_plan))
+                rf.agent_plan.write_text(json.dumps(agent_plan.to_json()))
                 agent = ManagedProcess("switch agent", [sys.executable, "-m", "testbed.fabric.agent",
                                                         str(rf.agent_plan)],
                                        rf.agent_log, cwd=str(PROJECT_ROOT),
-                                       pass_fds=tuple(agent_plan["map_fds"].values()))
+                                       pass_fds=tuple(agent_plan.map_fds.values()))
                 agent.on_start = record.add_process
                 with agent:
                     wait_until(lambda: rf.announced("agent") or not agent.alive(), 30,
@@ -213,21 +212,18 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
         raise RunFailed("the controller never reported its routes ready")
 
 
-def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> dict:
+def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> AgentPlan:
     """What the switch agent needs to act on the ports: every switch queue and every pausable
     leaf. The policy itself (profiles, thresholds, pause map) comes from the controller."""
     leaves = ports.leaves()
-    queues = [{"index": l["queue"], "node": l["node"], "port": l["port"], "ifname": l["ifname"],
-               "class": l["class"], "class_name": sc.classes[l["class"]].name}
-              for l in leaves if l["switch"]]
-    return {
-        "out_dir": out_dir, "controller_socket": agent_socket,
-        "map_fds": {name: fd for name, fd in ports.bpf.map_fd.items() if name in bpfmaps.MAPS},
-        "first_minor": leaf_minor(0), "frame_bytes": qos.frame_bytes(sc),
-        "poll_hz": sc.qos.agent_poll_hz, "telemetry_hz": sc.qos.telemetry_hz,
-        "deadlock_detect_ms": sc.qos.deadlock_detect_ms, "watchdog_ms": sc.qos.pfc_watchdog_ms,
-        "queues": queues, "leaves": leaves,
-    }
+    queues = tuple(QueueSpec(index=leaf.queue, node=leaf.node, port=leaf.port, ifname=leaf.ifname, cls=leaf.cls,
+                             class_name=sc.classes[leaf.cls].name) for leaf in leaves if leaf.switch)
+    return AgentPlan(
+        out_dir=out_dir, controller_socket=agent_socket,
+        map_fds={name: fd for name, fd in ports.bpf.map_fd.items() if name in bpfmaps.MAPS},
+        first_minor=leaf_minor(0), frame_bytes=qos.frame_bytes(sc), poll_hz=sc.qos.agent_poll_hz,
+        telemetry_hz=sc.qos.telemetry_hz, deadlock_detect_ms=sc.qos.deadlock_detect_ms,
+        watchdog_ms=sc.qos.pfc_watchdog_ms, queues=queues, leaves=leaves)
 
 
 def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, manifest, log, agent, progress) -> None:

@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from testbed import records
-
 from testbed.analysis import tables as analysis
 from testbed.analysis.document import blocks, to_html, to_markdown
 from testbed.analysis.flows import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary

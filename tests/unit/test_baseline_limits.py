@@ -5,9 +5,8 @@ import dataclasses
 
 import pytest
 
-from testbed.regress import limits
-
 from testbed.regress import baselines as regress
+from testbed.regress import limits
 from testbed.regress.baselines import BASELINE_DIR, check_expectations, compare, load_baseline
 from testbed.scenario import load_scenario
 

@@ -1,0 +1,128 @@
+"""The switch agent's plan: what the runner hands it (raw/agent_plan.json), as typed, versioned
+records. Every switch queue it watches (QueueSpec, identified by a QueueId) and every (port, class)
+leaf it may pause (LeafSpec), with the prebuilt tc parameters of each pause and resume; the policy
+itself comes from the controller (testbed.fabric.agent_link)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from testbed.fabric.qos import queue_key
+
+AGENT_PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class QueueId:
+    """A queue of one port: its interface and class. Its key ("<interface>:<class>") names it in the
+    controller's policy and in every record; its row (a BPF map index) is the data path's."""
+    ifname: str
+    cls: int
+
+    @property
+    def key(self) -> str:
+        return queue_key(self.ifname, self.cls)
+
+    @classmethod
+    def parse(cls, key: str) -> "QueueId":
+        ifname, _, c = key.rpartition(":")
+        return cls(ifname, int(c))
+
+
+def _to_json(obj) -> dict:
+    d = dataclasses.asdict(obj)
+    d["class"] = d.pop("cls")
+    return d
+
+
+def _from_json(cls, d: dict):
+    d = {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)} | {"class"}}
+    d["cls"] = d.pop("class")
+    return cls(**d)
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """A switch egress queue (and, under PFC's ingress rule, the (ingress port, class) of the same
+    row): where it is and its BPF row."""
+    index: int           # its row in the port program's maps
+    node: str
+    port: int
+    ifname: str
+    cls: int
+    class_name: str
+
+    @property
+    def id(self) -> QueueId:
+        return QueueId(self.ifname, self.cls)
+
+    def to_json(self) -> dict:
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "QueueSpec":
+        return _from_json(cls, d)
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """One (port, class) leaf of a port's queue tree (testbed.fabric.ports): what pausing and
+    resuming it takes."""
+    node: str
+    port: int
+    ifname: str
+    cls: int
+    ns_pid: int          # its namespace (0: the root one)
+    ifindex: int
+    handle: int          # the TBF leaf's handle and parent
+    parent: int
+    switch: bool
+    queue: int           # its own egress queue's row; -1 for a host NIC
+    pausable: bool
+    running: dict        # the TBF's parameters at its rate, and paused
+    paused: dict
+    htb_classid: int     # its HTB class, with its own bucket, and the one-frame bucket of a resume
+    htb_parent: int
+    htb_running: dict
+    htb_resume: dict
+    bw_bps: float
+
+    @property
+    def id(self) -> QueueId:
+        return QueueId(self.ifname, self.cls)
+
+    def to_json(self) -> dict:
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "LeafSpec":
+        return _from_json(cls, d)
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    out_dir: str
+    controller_socket: str   # the QoS app's abstract Unix socket
+    map_fds: dict            # BPF map name -> the fd the agent inherits
+    first_minor: int
+    frame_bytes: int
+    poll_hz: float
+    telemetry_hz: float
+    deadlock_detect_ms: float
+    watchdog_ms: float
+    queues: tuple[QueueSpec, ...]
+    leaves: tuple[LeafSpec, ...]
+    plan_version: int = AGENT_PLAN_VERSION
+
+    def to_json(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["queues"] = [q.to_json() for q in self.queues]
+        d["leaves"] = [leaf.to_json() for leaf in self.leaves]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "AgentPlan":
+        if d.get("plan_version") != AGENT_PLAN_VERSION:
+            raise ValueError(f"agent plan version {d.get('plan_version')!r}; this agent reads {AGENT_PLAN_VERSION}")
+        return cls(**{**d, "queues": tuple(QueueSpec.from_json(q) for q in d["queues"]),
+                      "leaves": tuple(LeafSpec.from_json(leaf) for leaf in d["leaves"])})
