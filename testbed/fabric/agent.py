@@ -39,9 +39,10 @@ from testbed.fabric.agent_io import InputBacklog, Netlink, PortSockets, htb_clas
 from testbed.fabric.agent_link import (Applied, ControllerLink, DeadlockFound, PolicyMessage, PolicyUpdate,
                                        TelemetrySummary, TrafficStarted, WatchdogFired)
 from testbed.fabric.agent_plan import AgentPlan
+from testbed.fabric.agent_report import agent_account
 from testbed.fabric.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.fabric.pfc import Pause, PfcState, Resume, waiting_queues
-from testbed.fabric.qos import QueueProfile, find_cycle
+from testbed.fabric.qos import find_cycle
 from testbed.fabric.reconcile import IngressLeaks, StaleDepths, held_bytes
 from testbed.fabric.telemetry import TelemetryWriter
 from testbed.runfolder import RunFolder
@@ -285,7 +286,7 @@ class Agent:
         self._traffic_started = False
         self._view = view = self.maps.queues[:self.n]
         self._ing = self.maps.ingress[:self.n]
-        self._inputs = InputBacklog({l.ifindex: l.ifname for l in self.leaves if l.switch})
+        self.inputs = InputBacklog({l.ifindex: l.ifname for l in self.leaves if l.switch})
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic_ns()
         self._last_look, self._blind_max_ns, self._blind_over_ms = start, 0, 0
@@ -297,7 +298,7 @@ class Agent:
         # machine's, the hypervisor's steal among them.) [next due, period, task]
         chores = [[start + DEADLOCK_CHECK_NS, DEADLOCK_CHECK_NS, self._chore_control],
                   [start + REPORT_NS, REPORT_NS, self._chore_report],
-                  [start, INPUT_SAMPLE_NS, lambda now: self._inputs.sample()],
+                  [start, INPUT_SAMPLE_NS, lambda now: self.inputs.sample()],
                   [start + FLUSH_NS, FLUSH_NS, self._chore_flush]]
         while not self.stop_requested:
             now = time.monotonic_ns()
@@ -332,7 +333,7 @@ class Agent:
             "blind_max_us": self._blind_max_ns / 1e3, "blind_over_1ms": self._blind_over_ms,
             "telemetry_hz_achieved": sweeps / max(1e-9, (end - start) / 1e9),
             "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
-            **self._result(),
+            **agent_account(self),
         }
 
     def _look(self, now: int) -> None:
@@ -372,63 +373,11 @@ class Agent:
         self.report(now, self._view)
         self.stale.check(self._view, self.pfc.causes)
         if self.rule == "ingress" and self.pfc.feeders:
-            self.leaks.check(self._ing, self.maps.queues["depth_bytes"], self._inputs.now_bytes)
+            self.leaks.check(self._ing, self.maps.queues["depth_bytes"], self.inputs.now_bytes)
 
     def _chore_flush(self, now: int) -> None:
         self.telemetry.flush()
         self.events.flush()
-
-    def _result(self) -> dict:
-        """What the agent did, for raw/agent.json: pauses and their reaction times, deadlock, every
-        queue at the end, the ingress rows, the marking histograms."""
-        react = np.array(self.reaction_ns, dtype=np.int64)
-        q_end = self.maps.queues[self.qidx]
-        hists = self.maps.hists[self.qidx]
-        qidx = self.qidx
-        return {
-            "pauses": self.pauses, "resumes": self.resumes, "watchdog_fired": self.watchdog_fired,
-            "reaction_us": {"count": int(len(react)),
-                            "p50": float(np.percentile(react, 50) / 1e3) if len(react) else None,
-                            "p99": float(np.percentile(react, 99) / 1e3) if len(react) else None,
-                            "max": float(react.max() / 1e3) if len(react) else None,
-                            "allowance": self.reaction_allowance_ns / 1e3,
-                            "over_allowance": int((react > self.reaction_allowance_ns).sum())
-                            if self.reaction_allowance_ns else None},
-            "deadlock": self.deadlock,
-            "ovs_input_backlog": self._inputs.result(),
-            "controller_lost": self.controller.lost,
-            "queues": [{**q.to_json(), **pol} for q, pol in zip(self.queues, self.queue_policy)],
-            "queues_end": [{"row": r, "port": self.queues[r].ifname, "node": self.queues[r].node,
-                            "class": self.queues[r].cls, "max_depth_bytes": int(self.max_depth[qidx[r]]),
-                            "depth_bytes": int(q_end["depth_bytes"][r]),
-                            **{f: int(q_end[f][r]) for f in ("enq_pkts", "enq_bytes", "deq_pkts", "drop_pkts",
-                                                            "ect_pkts", "mark_pkts", "xoff_crossings")}}
-                           for r in range(len(qidx)) if q_end["enq_pkts"][r]],
-            "pfc_accounting": self.rule, "ingress_resyncs": self.leaks.resyncs,
-            "ingress_end": self._ingress_end() if self.rule == "ingress" else [],
-            "ecn_hist": {str(r): {"ect": hists["ect"][r].tolist(), "marked": hists["marked"][r].tolist(),
-                                  "bucket_bytes": QueueProfile.from_json(self.queue_policy[r]["profile"]).hist_bucket_bytes}
-                         for r in range(len(qidx)) if hists["ect"][r].any()},
-        }
-
-    def _ingress_end(self) -> list[dict]:
-        """Every (ingress port, class) that saw a frame: what entered and left the switch there,
-        what it held at most and holds now, its thresholds."""
-        ing = self.maps.ingress[self.qidx]
-        held = held_bytes(ing)
-        out = []
-        for r, ix in enumerate(self.qidx):
-            if not ing["in_pkts"][r]:
-                continue
-            q = self.queues[r]
-            out.append({"port": q.ifname, "node": q.node, "class": q.cls,
-                        "in_pkts": int(ing["in_pkts"][r]), "in_bytes": int(ing["in_bytes"][r]),
-                        "out_pkts": int(ing["out_pkts"][r]), "out_bytes": int(ing["out_bytes"][r]),
-                        "lost_bytes": int(ing["lost_bytes"][r]), "held_bytes": int(held[r]),
-                        "max_held_bytes": int(self.max_held[ix]), "xoff_crossings": int(ing["xoff_crossings"][r]),
-                        "max_reaction_us": int(self.max_reaction[ix]) / 1e3,
-                        **self.queue_policy[r].get("ingress", {})})
-        return out
 
     def close(self) -> None:
         self.events.close()
