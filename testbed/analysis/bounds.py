@@ -69,6 +69,10 @@ def dag_bound(msgs: list[Message], bw_bps: float) -> DagBound:
 
 
 TRACE_FORMULA = "max_r sent_r/B (busiest NIC, compute not counted)"
+# Workloads planned as a DAG with compute steps, bounded by dag_bound: for a parameter server its
+# busiest NIC is a worker's push and pull (bytes_per_rank each way) or a server's incast of every
+# worker's shard, whichever is larger, and its critical path runs compute, push, aggregate, pull.
+DAG_WORKLOADS = ("pipeline", "parameter_server")
 
 
 def planned_bound(workload: str, ranks: int, bytes_per_rank: int, bw_bps: float,
@@ -76,7 +80,7 @@ def planned_bound(workload: str, ranks: int, bytes_per_rank: int, bw_bps: float,
     """A workload's lower bound per iteration at plan time, its formula, and for a DAG its terms:
     the DAG bound for a pipeline; for a trace, which has no closed form, its busiest NIC's bytes at
     line rate; the collective's analytical cost otherwise. first_iteration: iteration 0's messages."""
-    if workload == "pipeline":
+    if workload in DAG_WORKLOADS:
         dag = dag_bound(first_iteration, bw_bps)
         return dag.bound_s, FORMULA, asdict(dag) | {"binding": dag.binding}
     if workload in ("chakra", "simai"):

@@ -31,7 +31,8 @@ from testbed.analysis import links as link_analysis
 from testbed.analysis.flows import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
 from testbed.analysis.hosts import host_fidelity, nic_queues
 from testbed.analysis.qos import qos_summary
-from testbed.analysis.tables import NO_SINGLE_S, RunInputs, Tables, pct, write_table
+from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, write_table
+from testbed.analysis.training import training_section
 from testbed.analysis.transport import time_dilation, transport_summary
 from testbed.paths import PROJECT_ROOT
 from testbed.regress.baselines import check_expectations
@@ -41,7 +42,7 @@ from testbed.traffic.collectives import busbw_factor
 from testbed.traffic.packets import HEADER_BYTES
 from testbed.traffic.workload import pipeline_job
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2   # 2: training (the synchronisation share)
 SCHEMA_PATH = PROJECT_ROOT / "docs" / "summary.schema.json"
 Status = Literal["ok", "failed", "deadlock", "regressed"]
 Verdict = Literal["kept_up", "could_not_keep_up", "not_judged"]
@@ -108,6 +109,8 @@ class Summary:
     mechanisms: dict = doc("what the run used on this machine: datapath, queues, marking, steering")
     timings_s: dict = doc("bring-up and teardown phases")
     collective: dict = doc("the workload's iterations against the analytical bound")
+    training: dict | None = doc("a workload that computes: the share of each iteration its workers waited on "
+                                "communication (sync_share, sync_share_by_iteration); None otherwise")
     latency_us: dict = doc("one-way latency over every packet: p50, p99, min, max")
     nic_queueing: dict = doc("the host NICs' queues")
     goodput: dict = doc("payload delivered over the traffic's duration")
@@ -202,7 +205,8 @@ def analyze(run_dir: Path | str) -> dict:
         summary_version=SUMMARY_VERSION, run_id=inp.manifest["run_id"], scenario=sc["name"],
         status=status_of(acc.problems, deadlock, tr["messages_with_wrong_bytes"], []),
         problems=problems, mechanisms=inp.manifest["mechanisms"], timings_s=inp.manifest["timings_s"],
-        collective=collective_section(inp, t), latency_us=latency, nic_queueing=nic_queues(t.packets, inp.plan),
+        collective=collective_section(inp, t), training=training_section(t.messages, t.iterations),
+        latency_us=latency, nic_queueing=nic_queues(t.packets, inp.plan),
         goodput=_goodput(inp, t), packets=Packets(**packets), fidelity=Fidelity(**fid), faults=faults, qos=qos,
         latency_by_dscp_us=_latency_by_dscp(t.packets),
         background=background_flows(t.messages, t.tags, sc["fabric"]["bw_mbps"] * 1e6),
@@ -279,7 +283,13 @@ def collective_section(inp: RunInputs, t: Tables) -> dict:
              "time_s": [float((x["complete_ns"].max() - x["release_ns"].min()) / 1e9) if x["complete"].all() else None
                         for _, x in g.groupby("iteration")]}
             for name, g in msgs[msgs["group"] != ""].groupby("group", sort=False)]
-    if workload in NO_SINGLE_S:
+    if workload == "parameter_server":
+        w = sc["workload"]
+        out["parameter_server"] = {"servers": w["ps_servers"], "placement": w["ps_placement"], "sync": w["ps_sync"],
+                                   "workers": int(msgs.loc[msgs["tag"] == "compute", "src"].nunique()),
+                                   "bytes_per_worker": S}
+        out["transfers"] = int((msgs["op"] != "compute").sum()) // max(1, len(iters))
+    if workload in SCALED:
         w = sc["workload"]
         out["scale"] = {"bytes": w["bytes_scale"], "time": w["time_scale"]}
         if workload != "pipeline":

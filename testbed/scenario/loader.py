@@ -142,6 +142,17 @@ def _check_settings(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
 def _check_workload_shape(where: str, sc: Scenario, fabric) -> None:
     """The workload against the fabric's size: a trace that parses, enough stages, a grid."""
     w, n_hosts = sc.workload, len(fabric.hosts)
+    if w.type == "parameter_server":
+        colocated = w.ps_placement == "colocated"
+        workers = w.ps_workers or (n_hosts if colocated else n_hosts - w.ps_servers)
+        hosts_needed = workers if colocated else workers + w.ps_servers
+        if workers < 1 or hosts_needed > n_hosts:
+            raise InputError(where, "workload.ps_workers" if w.ps_workers else "workload.ps_servers",
+                             f"{workers} workers and {w.ps_servers} {w.ps_placement} servers need {max(hosts_needed, 2)} "
+                             f"hosts; this fabric has {n_hosts}")
+        if colocated and w.ps_servers > workers:
+            raise InputError(where, "workload.ps_servers", f"{w.ps_servers} colocated servers need as many workers "
+                             f"to sit on; there are {workers}")
     if w.type in ("chakra", "simai"):
         trace_messages(sc, [h.name for h in fabric.hosts], where)  # a bad trace file is bad input
     if w.type == "pipeline" and w.pp * w.dp > n_hosts:

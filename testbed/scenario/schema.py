@@ -65,10 +65,12 @@ class WorkloadSpec:
     type: str = spec("ring_allreduce", "traffic: a collective (ring_allreduce, halving_doubling: Rabenseifner's "
                      "AllReduce, torus2d_allreduce: reduce-scatter along X, AllReduce along Y, all-gather along X, "
                      "allgather, reducescatter: rings, alltoall), pipeline (1F1B training steps of pp stages, "
-                     "dp replicas with a DP AllReduce per stage), chakra or simai (replay workload.trace), "
-                     "shift (rank r sends to rank r + shift) or incast (senders hosts send to receiver at once)", "str",
+                     "dp replicas with a DP AllReduce per stage), parameter_server (workers push gradient shards "
+                     "to ps_servers servers and pull the parameters back), chakra or simai (replay "
+                     "workload.trace), shift (rank r sends to rank r + shift) or incast (senders hosts send to "
+                     "receiver at once)", "str",
                      choices=("ring_allreduce", "halving_doubling", "torus2d_allreduce", "allgather", "reducescatter",
-                              "alltoall", "pipeline", "chakra", "simai", "shift", "incast"))
+                              "alltoall", "pipeline", "parameter_server", "chakra", "simai", "shift", "incast"))
     trace: str = spec("", "chakra: a folder of <name>.<rank>.et files; simai: a SimAI/ASTRA-sim text workload "
                       "(relative to the project root)", "str")
     collective_algorithm: str = spec("ring", "chakra and simai: how their collectives run (ring, or "
@@ -115,6 +117,19 @@ class WorkloadSpec:
                               "real model to the emulated links; results state it)", "float", 1e-9, 1e6)
     time_scale: float = spec(1.0, "pipeline, chakra, simai: every compute time is multiplied by this", "float",
                              1e-9, 1e6)
+    ps_servers: int = spec(1, "parameter_server: server shards (one host each); a worker's bytes_per_rank of "
+                           "gradients and parameters split evenly over them", "int", 1, 1024)
+    ps_workers: int = spec(0, "parameter_server: workers (0: every host not a dedicated server)", "int", 0, 4096)
+    ps_placement: str = spec("dedicated", "parameter_server: servers on hosts of their own, after the workers "
+                             "in rank order (dedicated), or on the first workers' hosts (colocated: their own "
+                             "shard's push and pull stay on the host)", "str", choices=("dedicated", "colocated"))
+    ps_sync: str = spec("bsp", "parameter_server: bsp (a shard is updated once every worker's push is in, and a "
+                        "worker's next iteration waits for every updated shard) or async (each push updated and "
+                        "answered alone; a worker waits only for its own pulls)", "str", choices=("bsp", "async"))
+    ps_compute_ms: float = spec(20.0, "parameter_server: a worker's compute per iteration (forward and backward), "
+                                "ms", "float", 0.0, 1e6)
+    ps_aggregate_ms: float = spec(1.0, "parameter_server: a server's aggregation of one update of its shard, ms",
+                                  "float", 0.0, 1e6)
     dscp: int = spec(26, "DSCP of data packets", "int", 0, 63)
 
 

@@ -13,6 +13,7 @@ from testbed.paths import PROJECT_ROOT
 from testbed.traffic.collectives import (Message, all_to_all, background, halving_doubling_allreduce, incast,
                                          ring_allgather, ring_allreduce, ring_reducescatter, shift_permutation,
                                          torus2d_allreduce)
+from testbed.traffic.parameter_server import parameter_server
 from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step
 from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
 from testbed.traffic.traces import chakra_files, chakra_messages, read_simai, simai_messages
@@ -108,6 +109,18 @@ def incast_parties(sc: Scenario, fabric: Fabric) -> tuple[str, list[str]]:
     return receiver, others[:sc.workload.senders]
 
 
+def ps_parties(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[str]]:
+    """A parameter server's workers and servers, in rank order: dedicated servers are the ranks
+    after the workers; colocated ones sit on the first workers' hosts."""
+    w = sc.workload
+    ranks = placed_ranks(sc, fabric)
+    if w.ps_placement == "colocated":
+        workers = ranks[:w.ps_workers or len(ranks)]
+        return workers, workers[:w.ps_servers]
+    workers = ranks[:w.ps_workers or len(ranks) - w.ps_servers]
+    return workers, ranks[len(workers):len(workers) + w.ps_servers]
+
+
 def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Message]]:
     """Ranks (the collective's hosts, in order) and every message: the collective's, then any
     background bulk and victim traffic."""
@@ -123,6 +136,11 @@ def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Messag
         # the first dimension, so stages are neighbours and a stage's replicas share a column)
         ranks = placed_ranks(sc, fabric)[:w.pp * w.dp]
         msgs = pipeline_step(pipeline_job(sc), [ranks[d * w.pp:(d + 1) * w.pp] for d in range(w.dp)], w.iterations)
+    elif w.type == "parameter_server":
+        workers, servers = ps_parties(sc, fabric)
+        ranks = list(dict.fromkeys(workers + servers))
+        msgs = parameter_server(workers, servers, w.bytes_per_rank, w.iterations, int(w.ps_compute_ms * 1e6),
+                                int(w.ps_aggregate_ms * 1e6), w.ps_sync)
     elif w.type in ("chakra", "simai"):
         ranks, msgs = trace_messages(sc, placed_ranks(sc, fabric))
     elif w.type == "torus2d_allreduce":

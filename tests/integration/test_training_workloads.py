@@ -74,3 +74,30 @@ def test_trace_replays(tmp_path, name, transfers, collectives):
     assert c["transfers"] == transfers
     assert [(x["name"], x["bytes_per_iteration"]) for x in c.get("collectives", [])] == collectives
     assert all(len(x["time_s"]) == 2 and all(t > 0 for t in x["time_s"]) for x in c.get("collectives", []))
+
+
+def test_parameter_server_training_pushes_aggregates_and_pulls_every_shard(tmp_path):
+    # 12 workers and 4 dedicated servers on the k=4 fat-tree, BSP: every worker pushes its shard of
+    # 512 KiB to every server and pulls it back each iteration; a server aggregates only once every
+    # push is in; the bound is the servers' incast, and the workers mostly wait on it
+    run_dir, s = run_one(tmp_path, "ps-fattree")
+    assert s["packets"]["lost"] == 0 and s["packets"]["port_buffer_drops"] == 0
+    ps = s["collective"]["parameter_server"]
+    assert ps == {"servers": 4, "placement": "dedicated", "sync": "bsp", "workers": 12, "bytes_per_worker": 512 << 10}
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    assert msgs["complete"].all()
+    for it, g in msgs.groupby("iteration"):
+        push, pull = g[g["op"] == "push"], g[g["op"] == "pull"]
+        assert (push.groupby("src")["bytes"].sum() == 512 << 10).all() and push["src"].nunique() == 12
+        assert (pull.groupby("dst")["bytes"].sum() == 512 << 10).all() and set(pull["dst"]) == set(push["src"])
+        for server, aggs in g[g["tag"] == "aggregate"].groupby("src"):
+            assert aggs["release_ns"].min() >= push.loc[push["dst"] == server, "complete_ns"].max()
+    assert s["collective"]["bound_terms"]["binding"] in ("busiest_tx", "busiest_rx")
+    # the synchronisation share, recomputed from the tables: 1 - a worker's compute / the iteration
+    iters = pd.read_parquet(run_dir / "iterations.parquet")
+    comp = msgs[msgs["tag"] == "compute"]
+    busy = ((comp["complete_ns"] - comp["release_ns"]) / 1e9).groupby([comp["iteration"], comp["src"]]).sum()
+    want = [float((1 - busy.loc[i] / t).mean()) for i, t in zip(iters["iteration"], iters["time_s"])]
+    tr = s["training"]
+    assert tr["hosts_computing"] == 12 and tr["sync_share_by_iteration"] == pytest.approx(want)
+    assert 0 < tr["sync_share"] < 1

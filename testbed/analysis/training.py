@@ -1,0 +1,36 @@
+"""The training view of a run whose workload computes: how much of each iteration its workers spent
+waiting on communication rather than computing.
+
+sync_share of an iteration = the mean, over the hosts that compute in it (steps tagged "compute":
+a pipeline's stages, a parameter server's workers, a trace's ranks; not a server's aggregation), of
+1 - (that host's compute time) / (the iteration's time, first release to last completion). A host
+that computes throughout has 0; one that computes a tenth of the iteration waits 0.9 of it. The
+compute times are the steps' own (release to completion in the data plane's clock).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+DEFINITION = ("per iteration, the mean over the hosts that compute of 1 - compute time / iteration time "
+              "(first release to last completion)")
+
+
+def training_section(msgs: pd.DataFrame, iters: pd.DataFrame) -> dict | None:
+    """summary.training: the synchronisation share per complete iteration and its mean; None for a
+    workload without compute."""
+    if "tag" not in msgs:
+        return None
+    compute = msgs[(msgs["tag"] == "compute") & msgs["complete"]]
+    if compute.empty:
+        return None
+    by_it = []
+    for _, it in iters.iterrows():
+        if not it["complete"] or not it["time_s"] > 0:
+            by_it.append(None)
+            continue
+        steps = compute[compute["iteration"] == it["iteration"]]
+        busy_s = ((steps["complete_ns"] - steps["release_ns"]).astype("float64") / 1e9).groupby(steps["src"]).sum()
+        by_it.append(float((1 - busy_s / it["time_s"]).clip(lower=0).mean()) if len(busy_s) else None)
+    done = [x for x in by_it if x is not None]
+    return {"sync_share": sum(done) / len(done) if done else None, "sync_share_by_iteration": by_it,
+            "hosts_computing": int(compute["src"].nunique()), "definition": DEFINITION}

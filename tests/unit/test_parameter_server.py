@@ -1,0 +1,81 @@
+"""The parameter-server workload's plan (testbed.traffic.parameter_server), and the synchronisation
+share every computing workload reports (testbed.analysis.training), on hand-worked cases."""
+import pandas as pd
+import pytest
+
+from testbed.analysis.bounds import planned_bound
+from testbed.analysis.training import training_section
+from testbed.errors import InputError
+from testbed.scenario import load_document
+from testbed.traffic.parameter_server import parameter_server
+
+KB = 1024
+
+
+def by(msgs, **kw):
+    return [m for m in msgs if all(getattr(m, k) == v for k, v in kw.items())]
+
+
+def test_bsp_pushes_every_shard_aggregates_once_all_are_in_and_pulls_each_back():
+    workers, servers = ["w0", "w1", "w2"], ["s0", "s1"]
+    msgs = parameter_server(workers, servers, 100 * KB, 2, compute_ns=5_000_000, aggregate_ns=1_000_000)
+    it0 = [m for m in msgs if m.iteration == 0]
+    pushes, pulls = by(it0, op="push"), by(it0, op="pull")
+    assert len(pushes) == len(pulls) == 6 and {(m.src, m.dst) for m in pushes} == {(w, s) for w in workers for s in servers}
+    assert sum(m.bytes for m in pushes if m.src == "w0") == 100 * KB == sum(m.bytes for m in pulls if m.dst == "w0")
+    aggs = by(it0, tag="aggregate")
+    assert len(aggs) == 2 and all(len(a.deps) == 3 for a in aggs)   # a shard waits for every worker
+    assert all(m.deps == (next(a.id for a in aggs if a.src == m.src),) for m in pulls)
+    # the next iteration's compute on a worker waits for every shard it pulls, and only for those
+    nxt = by([m for m in msgs if m.iteration == 1], tag="compute")
+    assert {c.src: set(c.deps) for c in nxt} == {w: {m.id for m in pulls if m.dst == w} for w in workers}
+
+
+def test_async_answers_each_push_alone_and_a_colocated_shard_stays_on_its_host():
+    msgs = parameter_server(["w0", "w1"], ["s0"], 10 * KB, 1, 1000, 100, sync="async")
+    aggs = by(msgs, tag="aggregate")
+    assert len(aggs) == 2 and all(len(a.deps) == 1 for a in aggs)
+    colo = parameter_server(["w0", "w1"], ["w0"], 10 * KB, 1, 1000, 100)
+    assert not [m for m in colo if m.op != "compute" and m.src == m.dst]   # no transfer to itself
+    (agg,) = by(colo, tag="aggregate")
+    (c0,) = by(colo, tag="compute", src="w0")
+    assert c0.id in agg.deps and len(by(colo, op="push")) == len(by(colo, op="pull")) == 1
+
+
+def test_the_bound_is_the_servers_incast_when_it_outweighs_the_critical_path():
+    msgs = parameter_server([f"w{i}" for i in range(12)], ["s0", "s1", "s2", "s3"], 1 << 20, 1, 40_000_000, 2_000_000)
+    bound, _formula, terms = planned_bound("parameter_server", 16, 1 << 20, 100e6, msgs)
+    assert terms["binding"] == "busiest_tx" and bound == pytest.approx(12 * (1 << 18) * 8 / 100e6)
+
+
+def test_the_sync_share_is_the_workers_wait_per_iteration():
+    # two hosts compute 30 and 60 ms of a 100 ms iteration: they wait 0.7 and 0.4 of it, 0.55 on average;
+    # a server's aggregation is not a worker's compute
+    ms = 1_000_000
+    msgs = pd.DataFrame([
+        {"tag": "compute", "src": "w0", "iteration": 0, "release_ns": 0, "complete_ns": 30 * ms, "complete": True},
+        {"tag": "compute", "src": "w1", "iteration": 0, "release_ns": 0, "complete_ns": 60 * ms, "complete": True},
+        {"tag": "aggregate", "src": "s0", "iteration": 0, "release_ns": 60 * ms, "complete_ns": 61 * ms,
+         "complete": True},
+        {"tag": "collective", "src": "w0", "iteration": 0, "release_ns": 30 * ms, "complete_ns": 100 * ms,
+         "complete": True}])
+    iters = pd.DataFrame([{"iteration": 0, "complete": True, "time_s": 0.1},
+                          {"iteration": 1, "complete": False, "time_s": float("nan")}])
+    t = training_section(msgs, iters)
+    assert t["sync_share_by_iteration"] == [pytest.approx(0.55), None] and t["sync_share"] == pytest.approx(0.55)
+    assert t["hosts_computing"] == 2
+    assert training_section(msgs[msgs["tag"] != "compute"], iters) is None   # nothing computes: no section
+
+
+@pytest.mark.parametrize("workload, field", [
+    ({"ps_servers": 16}, "workload.ps_servers"),
+    ({"ps_workers": 15, "ps_servers": 2}, "workload.ps_workers"),
+    ({"ps_placement": "colocated", "ps_workers": 2, "ps_servers": 3}, "workload.ps_servers"),
+    ({"ps_sync": "ssp"}, "workload.ps_sync"),
+])
+def test_a_parameter_server_that_does_not_fit_is_bad_input_naming_the_field(workload, field):
+    doc = {"fabric": {"topology": "fattree", "k": 4}, "controller": {"routing": "ecmp"},
+           "workload": {"type": "parameter_server"} | workload}
+    with pytest.raises(InputError) as e:
+        load_document("ps", doc, "ps.toml")
+    assert e.value.field == field
