@@ -72,7 +72,7 @@ TRACE_FORMULA = "max_r sent_r/B (busiest NIC, compute not counted)"
 # Workloads planned as a DAG with compute steps, bounded by dag_bound: for a parameter server its
 # busiest NIC is a worker's push and pull (bytes_per_rank each way) or a server's incast of every
 # worker's shard, whichever is larger, and its critical path runs compute, push, aggregate, pull.
-DAG_WORKLOADS = ("pipeline", "parameter_server")
+DAG_WORKLOADS = ("pipeline", "ddp", "parameter_server")
 
 
 def planned_bound(workload: str, ranks: int, bytes_per_rank: int, bw_bps: float,

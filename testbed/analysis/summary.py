@@ -283,6 +283,10 @@ def collective_section(inp: RunInputs, t: Tables) -> dict:
              "time_s": [float((x["complete_ns"].max() - x["release_ns"].min()) / 1e9) if x["complete"].all() else None
                         for _, x in g.groupby("iteration")]}
             for name, g in msgs[msgs["group"] != ""].groupby("group", sort=False)]
+    if workload == "ddp":
+        w = sc["workload"]
+        out["ddp"] = {"buckets": w["ddp_buckets"], "overlap": w["ddp_overlap"]}
+        out["transfers"] = int((msgs["op"] != "compute").sum()) // max(1, len(iters))
     if workload == "parameter_server":
         w = sc["workload"]
         out["parameter_server"] = {"servers": w["ps_servers"], "placement": w["ps_placement"], "sync": w["ps_sync"],

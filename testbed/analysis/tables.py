@@ -27,7 +27,7 @@ from testbed.runfolder import RunFolder
 from testbed.traffic.collectives import Message
 from testbed.traffic.packets import HEADER_BYTES
 
-NO_SINGLE_S = ("pipeline", "parameter_server", "chakra", "simai")   # no one collective of S bytes a rank
+NO_SINGLE_S = ("pipeline", "ddp", "parameter_server", "chakra", "simai")   # no one collective of S bytes a rank
 SCALED = ("pipeline", "chakra", "simai")   # their bytes and compute scaled by workload.bytes_scale, time_scale
 # A fault's window for the packets it may have destroyed: from just before it, for this long
 FAULT_WINDOW_NS = 5_000_000_000

@@ -23,14 +23,20 @@ def training_section(msgs: pd.DataFrame, iters: pd.DataFrame) -> dict | None:
     compute = msgs[(msgs["tag"] == "compute") & msgs["complete"]]
     if compute.empty:
         return None
-    by_it = []
+    by_it, exposed = [], []
     for _, it in iters.iterrows():
-        if not it["complete"] or not it["time_s"] > 0:
-            by_it.append(None)
-            continue
         steps = compute[compute["iteration"] == it["iteration"]]
+        if not it["complete"] or not it["time_s"] > 0 or steps.empty:
+            by_it.append(None)
+            exposed.append(None)
+            continue
         busy_s = ((steps["complete_ns"] - steps["release_ns"]).astype("float64") / 1e9).groupby(steps["src"]).sum()
-        by_it.append(float((1 - busy_s / it["time_s"]).clip(lower=0).mean()) if len(busy_s) else None)
+        by_it.append(float((1 - busy_s / it["time_s"]).clip(lower=0).mean()))
+        exposed.append(float((it["time_s"] - busy_s).clip(lower=0).mean()))
     done = [x for x in by_it if x is not None]
+    shown = [x for x in exposed if x is not None]
     return {"sync_share": sum(done) / len(done) if done else None, "sync_share_by_iteration": by_it,
+            # the same wait in seconds: what communication added to a worker's iteration, not hidden
+            # behind its compute
+            "exposed_comm_s": sum(shown) / len(shown) if shown else None, "exposed_comm_s_by_iteration": exposed,
             "hosts_computing": int(compute["src"].nunique()), "definition": DEFINITION}

@@ -65,12 +65,13 @@ class WorkloadSpec:
     type: str = spec("ring_allreduce", "traffic: a collective (ring_allreduce, halving_doubling: Rabenseifner's "
                      "AllReduce, torus2d_allreduce: reduce-scatter along X, AllReduce along Y, all-gather along X, "
                      "allgather, reducescatter: rings, alltoall), pipeline (1F1B training steps of pp stages, "
-                     "dp replicas with a DP AllReduce per stage), parameter_server (workers push gradient shards "
+                     "dp replicas with a DP AllReduce per stage), ddp (data parallelism with gradient buckets, "
+                     "each bucket's ring AllReduce overlapped with the backward pass), parameter_server (workers push gradient shards "
                      "to ps_servers servers and pull the parameters back), chakra or simai (replay "
                      "workload.trace), shift (rank r sends to rank r + shift) or incast (senders hosts send to "
                      "receiver at once)", "str",
                      choices=("ring_allreduce", "halving_doubling", "torus2d_allreduce", "allgather", "reducescatter",
-                              "alltoall", "pipeline", "parameter_server", "chakra", "simai", "shift", "incast"))
+                              "alltoall", "pipeline", "ddp", "parameter_server", "chakra", "simai", "shift", "incast"))
     trace: str = spec("", "chakra: a folder of <name>.<rank>.et files; simai: a SimAI/ASTRA-sim text workload "
                       "(relative to the project root)", "str")
     collective_algorithm: str = spec("ring", "chakra and simai: how their collectives run (ring, or "
@@ -111,8 +112,15 @@ class WorkloadSpec:
     layers_per_stage: int = spec(4, "pipeline: transformer layers per stage (12 hidden^2 weights each)",
                                  "int", 1, 1024)
     bytes_per_element: int = spec(2, "pipeline: bytes per activation and gradient element (2: bf16)", "int", 1, 8)
-    fwd_compute_ms: float = spec(10.0, "pipeline: forward compute per micro-batch and stage, ms", "float", 0.0, 1e6)
-    bwd_compute_ms: float = spec(20.0, "pipeline: backward compute per micro-batch and stage, ms", "float", 0.0, 1e6)
+    fwd_compute_ms: float = spec(10.0, "pipeline: forward compute per micro-batch and stage; ddp: a rank's whole "
+                                 "forward, ms", "float", 0.0, 1e6)
+    bwd_compute_ms: float = spec(20.0, "pipeline: backward compute per micro-batch and stage; ddp: a rank's whole "
+                                 "backward, ms", "float", 0.0, 1e6)
+    ddp_buckets: int = spec(4, "ddp: gradient buckets (bytes_per_rank split evenly; bucket 0 holds the last "
+                            "layers, ready first)", "int", 1, 256)
+    ddp_overlap: bool = spec(True, "ddp: each bucket's AllReduce starts once the backward has produced it, and "
+                             "the next forward waits only for the bucket it needs (false: after the whole "
+                             "backward, and the next forward waits for every bucket)", "bool")
     bytes_scale: float = spec(1.0, "pipeline, chakra, simai: every transfer's size is multiplied by this (fit a "
                               "real model to the emulated links; results state it)", "float", 1e-9, 1e6)
     time_scale: float = spec(1.0, "pipeline, chakra, simai: every compute time is multiplied by this", "float",

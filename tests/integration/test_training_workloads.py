@@ -101,3 +101,20 @@ def test_parameter_server_training_pushes_aggregates_and_pulls_every_shard(tmp_p
     tr = s["training"]
     assert tr["hosts_computing"] == 12 and tr["sync_share_by_iteration"] == pytest.approx(want)
     assert 0 < tr["sync_share"] < 1
+
+
+def test_ddp_hides_the_allreduce_behind_the_backward_and_without_overlap_does_not(tmp_path):
+    # 8 ranks, 4 MiB of gradients in 4 buckets, 100 ms forward and 400 ms backward: with overlap
+    # only the AllReduce that outlasts the backward after the first bucket is exposed; without it the
+    # whole AllReduce is (each at least its physical bound: a rank's 2(N-1)/N x S at the link rate,
+    # less what the backward after the first bucket can hide)
+    _, on = run_one(tmp_path / "on", "ddp-torus")
+    _, off = run_one(tmp_path / "off", "ddp-torus", "workload.ddp_overlap=false")
+    w = json.loads((run_dirs(tmp_path / "on")[-1] / "manifest.json").read_text())["scenario"]["workload"]
+    n, S = on["collective"]["ranks"], w["bytes_per_rank"]
+    comm_s = 2 * (n - 1) / n * S * 8 / (on["collective"]["link_bw_mbps"] * 1e6)
+    hidable_s = w["bwd_compute_ms"] / 1e3 * (1 - 1 / w["ddp_buckets"])
+    exposed_on, exposed_off = on["training"]["exposed_comm_s"], off["training"]["exposed_comm_s"]
+    assert exposed_off >= comm_s * 0.99 and exposed_on >= (comm_s - hidable_s) * 0.99, (exposed_on, exposed_off)
+    assert exposed_on < exposed_off and on["collective"]["mean_time_s"] < off["collective"]["mean_time_s"]
+    assert on["training"]["hosts_computing"] == off["training"]["hosts_computing"] == n

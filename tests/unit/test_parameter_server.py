@@ -79,3 +79,28 @@ def test_a_parameter_server_that_does_not_fit_is_bad_input_naming_the_field(work
     with pytest.raises(InputError) as e:
         load_document("ps", doc, "ps.toml")
     assert e.value.field == field
+
+
+def test_ddp_overlaps_each_buckets_allreduce_with_the_backward_that_follows_it():
+    from testbed.traffic.ddp import ddp_step
+    ranks = ["a", "b", "c"]
+    on = ddp_step(ranks, 3 * 4096, 2, fwd_ns=2000, bwd_ns=4000, overlap=True, iterations=2)
+    off = ddp_step(ranks, 3 * 4096, 2, fwd_ns=2000, bwd_ns=4000, overlap=False, iterations=2)
+    for msgs in (on, off):
+        comp = [m for m in msgs if m.op == "compute" and m.iteration == 0 and m.src == "a"]
+        assert [m.duration_ns for m in comp] == [1000, 1000, 2000, 2000]   # forward, then backward, in slices
+        sent = [m for m in msgs if m.op != "compute" and m.iteration == 0 and m.src == "a"]
+        # a ring AllReduce: a rank sends 2(N-1)/N of each bucket
+        assert sum(m.bytes for m in sent) == 2 * (2 * 2 * 6144 // 3)   # 2 buckets of 6144 bytes, N = 3
+    by_id = {m.id: m for m in on}
+    bwd0 = next(m for m in on if m.iteration == 0 and m.src == "a" and m.step == 2)
+    first = [m for m in on if m.iteration == 0 and m.group == "bucket 0" and m.src == "a"][0]
+    assert bwd0.id in first.deps   # bucket 0 leaves once its slice of the backward is done
+    first_off = [m for m in off if m.iteration == 0 and m.group == "bucket 0" and m.src == "a"][0]
+    last_bwd = next(m for m in off if m.iteration == 0 and m.src == "a" and m.step == 3)
+    assert last_bwd.id in first_off.deps   # without overlap, after the whole backward
+    # the next forward's first slice needs only the bucket holding the first layers (the last one)
+    f0 = next(m for m in on if m.iteration == 1 and m.src == "a" and m.step == 0)
+    assert {by_id[d].group for d in f0.deps} == {"bucket 1"}
+    f0_off = next(m for m in off if m.iteration == 1 and m.src == "a" and m.step == 0)
+    assert {m.group for m in off if m.id in f0_off.deps} == {"bucket 0", "bucket 1"}
