@@ -13,11 +13,19 @@ a process that is ready writes its PID there, and the heartbeat's mtime says the
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 from testbed.records import EngineProgress, read_engine_progress
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """A JSON-lines file of the folder (events, faults), [] if the run wrote none."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 class _File:

@@ -28,10 +28,6 @@ def _num(v, spec="{:.3g}"):
     return str(v)
 
 
-def _fmt(v, spec="{:.3f}"):
-    return "-" if v is None else spec.format(v)
-
-
 def blocks(s: dict, drawn: list[str] = ()) -> list[tuple]:
     """The whole document of one run: its verdicts first, then what it measured."""
     out: list[tuple] = [("h", 1, f"{s['scenario']}: {s['status'].upper()}")]
@@ -107,13 +103,13 @@ def _workload(s: dict) -> list[tuple]:
             ("bound / measured (mean, worst)", f"{_num(col['bound_ratio'])}, {_num(col['bound_ratio_min'])}"),
             ("bus bandwidth (Mb/s)", _num(col.get("busbw_mbps"), "{:.1f}"))]
     colls = col.get("collectives", [])
-    rows += [(f"  {c['name']} (s)", ", ".join(_fmt(x) for x in c["time_s"])) for c in colls[:6]]
+    rows += [(f"  {c['name']} (s)", ", ".join(_num(x, "{:.3f}") for x in c["time_s"])) for c in colls[:6]]
     if len(colls) > 6:
         rows.append((f"  ... {len(colls) - 6} more collectives", "summary.json"))
-    rows += [(f"  phase {name} (s)", ", ".join(_fmt(x) for x in spans)) for name, spans in col.get("phases_s", {}).items()]
-    rows += [("one-way latency p50 / p99 / max (us)", " / ".join(_fmt(lat.get(k), "{:.0f}") for k in ("p50", "p99", "max"))),
-             ("goodput, all ranks (Mb/s)", _fmt((s.get("goodput") or {}).get("aggregate_mbps"), "{:.1f}")),
-             ("routes ready after (s)", _fmt((s.get("timings_s") or {}).get("routes_ready"), "{:.2f}"))]
+    rows += [(f"  phase {name} (s)", ", ".join(_num(x, "{:.3f}") for x in spans)) for name, spans in col.get("phases_s", {}).items()]
+    rows += [("one-way latency p50 / p99 / max (us)", " / ".join(_num(lat.get(k), "{:.0f}") for k in ("p50", "p99", "max"))),
+             ("goodput, all ranks (Mb/s)", _num((s.get("goodput") or {}).get("aggregate_mbps"), "{:.1f}")),
+             ("routes ready after (s)", _num((s.get("timings_s") or {}).get("routes_ready"), "{:.2f}"))]
     sd = (s.get("fct_slowdown") or {}).get("all") or {}
     if sd.get("messages"):
         rows.append(("message FCT slowdown p50 / p99", f"{sd['p50']:.2f} / {sd['p99']:.2f}"))
@@ -141,8 +137,8 @@ def _qos(s: dict) -> list[tuple]:
     pfc = q["pfc"]
     react = pfc["reaction_us"]
     rows.append((f"PFC pauses (ports), {pfc.get('accounting', 'egress')} rule / reaction p50, p99, max (us)",
-                 f"{pfc['pauses']} ({pfc['paused_ports']}) / {_fmt(react['p50'], '{:.0f}')}, "
-                 f"{_fmt(react['p99'], '{:.0f}')}, {_fmt(react['max'], '{:.0f}')}"))
+                 f"{pfc['pauses']} ({pfc['paused_ports']}) / {_num(react['p50'], '{:.0f}')}, "
+                 f"{_num(react['p99'], '{:.0f}')}, {_num(react['max'], '{:.0f}')}"))
     if react.get("allowance"):
         over = pfc.get("headroom_overruns") or []
         rows.append(("PFC headroom: reaction allowed (us) / pauses later / rows past headroom (late)",
@@ -159,7 +155,7 @@ def _qos(s: dict) -> list[tuple]:
                      f"{ib['max_bytes'] // 1024} / {ib['busy_samples'] / ib['samples']:.1%}"))
     tel = q["telemetry"]
     rows.append(("telemetry rate (Hz) / agent cores / longest blind spot (us)",
-                 f"{tel['achieved_hz']:.0f} / {tel['agent_cores']:.2f} / {_fmt(tel.get('blind_max_us'), '{:.0f}')}"))
+                 f"{tel['achieved_hz']:.0f} / {tel['agent_cores']:.2f} / {_num(tel.get('blind_max_us'), '{:.0f}')}"))
     return [("h", 2, "Queues, ECN and PFC"), ("table", ("", ""), rows)]
 
 
@@ -182,7 +178,7 @@ def _transport(s: dict) -> list[tuple]:
     st = tr["steady_state"]
     if st:
         rows.append((f"steady state ({st['duration_s']:.2f} s): Jain index / total Mb/s",
-                     f"{_fmt(st['jain_index'])} / {st['total_mbps']:.1f}"))
+                     f"{_num(st['jain_index'], '{:.3f}')} / {st['total_mbps']:.1f}"))
         bq = st["bottleneck_queue"]
         if bq:
             rows.append((f"  {bq['port']} {bq['class_name']} queue p50 / p99 / run max (KB)",
@@ -190,7 +186,7 @@ def _transport(s: dict) -> list[tuple]:
     ag = tr["agents"]
     rows.append(("engine: packets/s (busiest host) / cores vs ovs-vswitchd",
                  f"{ag['packets_per_s']:.0f} ({ag['max_host_pps']:.0f}) / "
-                 f"{_fmt(ag['engine_cores'], '{:.2f}')} vs {_fmt(ag['ovs_vswitchd_cores'], '{:.2f}')}"))
+                 f"{_num(ag['engine_cores'], '{:.2f}')} vs {_num(ag['ovs_vswitchd_cores'], '{:.2f}')}"))
     out = [("h", 2, "Transport"), ("table", ("", ""), rows)]
     if td.get("warning"):
         out.append(("p", f"Time dilation: {td['warning']}"))
@@ -203,7 +199,7 @@ def _background(s: dict) -> list[tuple]:
         return []
     return [("h", 2, "Traffic beside the workload"),
             ("table", ("traffic", "FCT (s)", "slowdown"),
-             [(f"{b['tag']} {b['src']}->{b['dst']}", _fmt(b["fct_s"]), _fmt(b["slowdown"], "{:.2f}")) for b in bg])]
+             [(f"{b['tag']} {b['src']}->{b['dst']}", _num(b["fct_s"], "{:.3f}"), _num(b["slowdown"], "{:.2f}")) for b in bg])]
 
 
 def _latency_and_fct(s: dict) -> list[tuple]:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from testbed import records
 from testbed.analysis.links import port_series
-from testbed.runfolder import RunFolder
+from testbed.runfolder import RunFolder, read_jsonl
 
 
 def telemetry_table(rf: RunFolder, plan: dict) -> pd.DataFrame:
@@ -24,9 +24,7 @@ def telemetry_table(rf: RunFolder, plan: dict) -> pd.DataFrame:
 
 
 def pfc_events(rf: RunFolder) -> pd.DataFrame:
-    path = rf.pfc_events
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return pd.DataFrame(rows)
+    return pd.DataFrame(read_jsonl(rf.pfc_events))
 
 
 def marking_profile(hist: dict, profile: dict) -> list[dict]:

@@ -23,7 +23,7 @@ from testbed import records
 from testbed.analysis.bounds import planned_bound
 from testbed.analysis.hosts import nic_queue_series
 from testbed.analysis.qos import pfc_events, telemetry_table
-from testbed.runfolder import RunFolder
+from testbed.runfolder import RunFolder, read_jsonl
 from testbed.traffic.collectives import Message
 from testbed.traffic.packets import HEADER_BYTES
 
@@ -35,12 +35,6 @@ FAULT_WINDOW_NS = 5_000_000_000
 
 def read_json(path: Path):
     return json.loads(path.read_text())
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def write_table(df: pd.DataFrame, rf: RunFolder, name: str, csv: bool = True) -> None:

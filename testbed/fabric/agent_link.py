@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from testbed.fabric.qos import IngressProfile, PortPolicy, QueueProfile
+from testbed.jsonrecord import ClassKeyed
 
 LINK_VERSION = 1
 
@@ -89,7 +90,7 @@ class TelemetrySummary(_Report):
 
 
 @dataclass(frozen=True)
-class WatchdogFired(_Report):
+class WatchdogFired(ClassKeyed, _Report):
     node: str
     port: str
     cls: int
@@ -98,15 +99,11 @@ class WatchdogFired(_Report):
     TYPE = "watchdog"
 
     def body(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["class"] = d.pop("cls")
-        return d
+        return self.to_json()
 
     @classmethod
     def from_body(cls, d: dict) -> "WatchdogFired":
-        d = dict(d)
-        d["cls"] = d.pop("class")
-        return cls(**d)
+        return cls.from_json(d)
 
 
 @dataclass(frozen=True)

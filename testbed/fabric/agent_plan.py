@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from testbed.fabric.qos import queue_key
+from testbed.jsonrecord import ClassKeyed
 
 AGENT_PLAN_VERSION = 1
 
@@ -29,20 +30,16 @@ class QueueId:
         return cls(ifname, int(c))
 
 
-def _to_json(obj) -> dict:
-    d = dataclasses.asdict(obj)
-    d["class"] = d.pop("cls")
-    return d
+class _OnPort(ClassKeyed):
+    """A queue or leaf of one port: named by its QueueId; "class" in JSON."""
 
-
-def _from_json(cls, d: dict):
-    d = {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)} | {"class"}}
-    d["cls"] = d.pop("class")
-    return cls(**d)
+    @property
+    def id(self) -> QueueId:
+        return QueueId(self.ifname, self.cls)
 
 
 @dataclass(frozen=True)
-class QueueSpec:
+class QueueSpec(_OnPort):
     """A switch egress queue (and, under PFC's ingress rule, the (ingress port, class) of the same
     row): where it is and its BPF row."""
     index: int           # its row in the port program's maps
@@ -52,20 +49,9 @@ class QueueSpec:
     cls: int
     class_name: str
 
-    @property
-    def id(self) -> QueueId:
-        return QueueId(self.ifname, self.cls)
-
-    def to_json(self) -> dict:
-        return _to_json(self)
-
-    @classmethod
-    def from_json(cls, d: dict) -> "QueueSpec":
-        return _from_json(cls, d)
-
 
 @dataclass(frozen=True)
-class LeafSpec:
+class LeafSpec(_OnPort):
     """One (port, class) leaf of a port's queue tree (testbed.fabric.ports): what pausing and
     resuming it takes."""
     node: str
@@ -86,17 +72,6 @@ class LeafSpec:
     htb_running: dict
     htb_resume: dict
     bw_bps: float
-
-    @property
-    def id(self) -> QueueId:
-        return QueueId(self.ifname, self.cls)
-
-    def to_json(self) -> dict:
-        return _to_json(self)
-
-    @classmethod
-    def from_json(cls, d: dict) -> "LeafSpec":
-        return _from_json(cls, d)
 
 
 @dataclass(frozen=True)

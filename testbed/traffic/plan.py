@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from testbed.jsonrecord import ClassKeyed
+
 PLAN_VERSION = 1
 
 
@@ -22,7 +24,7 @@ class HostSpec:
 
 
 @dataclass(frozen=True)
-class FlowSpec:
+class FlowSpec(ClassKeyed):
     """One queue pair: src's sender to dst's receiver, in one traffic class."""
     id: int
     src: str
@@ -32,17 +34,6 @@ class FlowSpec:
     dscp: int
     ect: bool
     cls: int             # the traffic class its DSCP maps to ("class" in JSON)
-
-    def to_json(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["class"] = d.pop("cls")
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict) -> "FlowSpec":
-        d = dict(d)
-        d["cls"] = d.pop("class")
-        return cls(**d)
 
 
 @dataclass(frozen=True)
