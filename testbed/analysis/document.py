@@ -107,6 +107,17 @@ def _workload(s: dict) -> list[tuple]:
     if len(colls) > 6:
         rows.append((f"  ... {len(colls) - 6} more collectives", "summary.json"))
     rows += [(f"  phase {name} (s)", ", ".join(_num(x, "{:.3f}") for x in spans)) for name, spans in col.get("phases_s", {}).items()]
+    par = col.get("parallelism")
+    if par:
+        rows.append(("parallel layout", f"TP {par['tp']} x PP {par['pp']} x DP {par['dp']}, EP {par['ep']} "
+                                        f"({par['rank_order']})"))
+        rows += [(f"  {kind}, p50 / bound (ms)", f"{_num(x['time_s_p50'] * 1e3, '{:.2f}')} / "
+                                                 f"{_num(x['bound_s'] * 1e3, '{:.2f}')} ({x['instances_per_iteration']} "
+                                                 f"an iteration)")
+                 for kind, x in par["layer_collectives"].items()]
+        share = par["iteration_split"]["share"]
+        if share:
+            rows.append(("  iteration split", ", ".join(f"{k} {v:.0%}" for k, v in share.items())))
     rows += [("one-way latency p50 / p99 / max (us)", " / ".join(_num(lat.get(k), "{:.0f}") for k in ("p50", "p99", "max"))),
              ("goodput, all ranks (Mb/s)", _num((s.get("goodput") or {}).get("aggregate_mbps"), "{:.1f}")),
              ("routes ready after (s)", _num((s.get("timings_s") or {}).get("routes_ready"), "{:.2f}"))]

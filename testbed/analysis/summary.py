@@ -30,6 +30,7 @@ from testbed.analysis import fidelity, losses, tables
 from testbed.analysis import links as link_analysis
 from testbed.analysis.flows import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
 from testbed.analysis.hosts import host_fidelity, nic_queues
+from testbed.analysis.parallelism import iteration_split, layer_collectives
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, write_table
 from testbed.analysis.training import training_section
@@ -266,23 +267,34 @@ def collective_section(inp: RunInputs, t: Tables) -> dict:
         "header_overhead_fraction": HEADER_BYTES / (HEADER_BYTES + sc["workload"]["payload_bytes"]),
     }
     if workload == "pipeline" and "op" in msgs:
-        # per iteration: the pipeline's 1F1B (compute and activation/gradient transfers), then the
-        # DP AllReduces of every stage
-        phases = {"pipeline_1f1b": msgs["op"].isin(["compute", "p2p"]), "dp_allreduce": msgs["op"].isin(["reduce", "copy"])}
+        # per iteration: the pipeline's 1F1B (compute, activation/gradient transfers and the
+        # layers' TP and EP collectives), then the DP AllReduces of every stage
+        dp = msgs["group"].str.startswith("dp_allreduce")
+        phases = {"pipeline_1f1b": t.tags.isin(["collective", "compute"]) & ~dp, "dp_allreduce": dp}
         out["phases_s"] = {}
         for name, sel in phases.items():
             spans = [(g["complete_ns"].max() - g["release_ns"].min()) / 1e9
                      for _, g in msgs[sel].groupby("iteration") if g["complete"].all()]
             out["phases_s"][name] = [float(x) for x in spans]
-        out["model"] = dataclasses.asdict(pipeline_job(Scenario.from_dict(sc)))
-    if "group" in msgs and (msgs["group"] != "").any():
+        job = pipeline_job(Scenario.from_dict(sc))
+        out["model"] = dataclasses.asdict(job)
+        out["parallelism"] = {
+            "tp": job.tp, "pp": job.pp, "dp": job.dp, "ep": job.ep, "rank_order": sc["workload"].get("rank_order", "tp-pp-dp"),
+            "sequence_parallel": job.sequence_parallel, "moe_every": job.moe_every,
+            "layer_collectives": layer_collectives(msgs, job.tp, job.ep, job.tp_bytes, job.a2a_bytes,
+                                                   sc["fabric"]["bw_mbps"] * 1e6),
+            "iteration_split": iteration_split(msgs, iters)}
+    once = msgs["group"] != "" if "group" in msgs else None
+    if once is not None and "instance" in msgs:
+        once &= msgs["instance"] < 0     # a layer's collectives are timed per instance, above
+    if once is not None and once.any():
         # each collective instance (or phase) of a step: its span in every iteration
         out["collectives"] = [
             {"name": name, "ranks": int(pd.concat([g["src"], g["dst"]]).nunique()),
              "bytes_per_iteration": int(g.loc[g["iteration"] == g["iteration"].min(), "bytes"].sum()),
              "time_s": [float((x["complete_ns"].max() - x["release_ns"].min()) / 1e9) if x["complete"].all() else None
                         for _, x in g.groupby("iteration")]}
-            for name, g in msgs[msgs["group"] != ""].groupby("group", sort=False)]
+            for name, g in msgs[once].groupby("group", sort=False)]
     if workload == "ddp":
         w = sc["workload"]
         out["ddp"] = {"buckets": w["ddp_buckets"], "overlap": w["ddp_overlap"]}

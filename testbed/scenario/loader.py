@@ -155,9 +155,20 @@ def _check_workload_shape(where: str, sc: Scenario, fabric) -> None:
                              f"to sit on; there are {workers}")
     if w.type in ("chakra", "simai"):
         trace_messages(sc, [h.name for h in fabric.hosts], where)  # a bad trace file is bad input
-    if w.type == "pipeline" and w.pp * w.dp > n_hosts:
-        raise InputError(where, "workload.pp", f"pp x dp = {w.pp * w.dp} stages need as many hosts; this fabric "
-                         f"has {n_hosts}")
+    if w.type == "pipeline":
+        if w.tp * w.pp * w.dp > n_hosts:
+            raise InputError(where, "workload.pp", f"tp x pp x dp = {w.tp * w.pp * w.dp} ranks need as many hosts; "
+                             f"this fabric has {n_hosts}")
+        if w.dp % w.ep:
+            raise InputError(where, "workload.ep", f"an EP group takes ep of a stage's dp = {w.dp} replicas: "
+                             f"ep = {w.ep} must divide it")
+        if w.ep > 1 and not w.moe_every:
+            raise InputError(where, "workload.ep", "expert parallelism needs MoE layers (set workload.moe_every)")
+        if w.ep > 1 and w.tp > 1 and not w.tp_sequence_parallel:
+            # Megatron refuses MoE with TP but without sequence parallelism: the tokens an EP rank
+            # dispatches are its sequence shard
+            raise InputError(where, "workload.tp_sequence_parallel", "MoE with tp > 1 needs sequence parallelism, "
+                             "as Megatron does")
     if w.type == "halving_doubling" and n_hosts & (n_hosts - 1):
         raise InputError(where, "workload.type", f"halving_doubling needs a power-of-two number of ranks; this "
                          f"fabric has {n_hosts} hosts")

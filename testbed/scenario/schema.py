@@ -100,11 +100,26 @@ class WorkloadSpec:
                                "all-gather output, all-to-all send buffer), bytes", "bytes", 1024, 1 << 30)
     iterations: int = spec(3, "collective iterations (a barrier separates them)", "int", 1, 1000)
     payload_bytes: int = spec(4096, "RoCE payload per packet (path MTU), bytes", "int", 256, 8900)
-    pp: int = spec(4, "pipeline: stages (one host each)", "int", 2, 1024)
+    pp: int = spec(4, "pipeline: stages (tp hosts each)", "int", 2, 1024)
     dp: int = spec(1, "pipeline: data-parallel replicas of the pipeline (a DP AllReduce per stage when > 1)",
                    "int", 1, 1024)
-    tp: int = spec(1, "pipeline: tensor-parallel degree inside a host (divides activation and gradient bytes)",
+    tp: int = spec(1, "pipeline: tensor-parallel hosts per stage: each holds 1/tp of the stage's activations and "
+                   "weights, and every layer's two blocks AllReduce their output over the tp hosts, forward and "
+                   "backward (TP inside a server, over NVLink, is not on the fabric: give its hosts as one)",
                    "int", 1, 64)
+    tp_sequence_parallel: bool = spec(False, "pipeline: Megatron's sequence parallelism: each block's TP "
+                                      "AllReduce becomes an all-gather before it and a reduce-scatter after it",
+                                      "bool")
+    ep: int = spec(1, "pipeline: expert-parallel hosts: a MoE layer's experts spread over ep hosts of the same "
+                   "stage and TP rank in consecutive replicas (ep divides dp), its tokens dispatched and combined "
+                   "by all-to-alls over them, forward and backward", "int", 1, 1024)
+    moe_every: int = spec(0, "pipeline: layers 0, k, 2k, ... of the model (numbered across stages) are MoE, their "
+                          "MLP block its experts (Megatron's moe_layer_freq; 0: no MoE)", "int", 0, 1024)
+    moe_topk: int = spec(2, "pipeline: experts each token is routed to (sets the all-to-alls' bytes)", "int", 1, 64)
+    rank_order: str = spec("tp-dp-pp", "pipeline: how the TP, DP and PP groups nest over the placed ranks, innermost "
+                           "first: Megatron's default tp-dp-pp (a TP group on consecutive ranks, the replicas of a "
+                           "stage next, the stages outermost) or tp-pp-dp (a replica's stages on consecutive ranks)",
+                           "str", choices=("tp-dp-pp", "tp-pp-dp"))
     microbatches: int = spec(8, "pipeline: micro-batches per replica and step", "int", 1, 4096)
     micro_batch_size: int = spec(1, "pipeline: sequences per micro-batch", "int", 1, 4096)
     seq_len: int = spec(2048, "pipeline: tokens per sequence", "int", 1, 1 << 20)

@@ -29,6 +29,9 @@ class Message:
     # Which collective instance (or pipeline phase) of a training step it belongs to, when a
     # step has several: results time each one.
     group: str = ""
+    # Which occurrence of that group a message belongs to, when a step runs it many times (a
+    # per-layer TP or EP collective); -1: the group occurs once per iteration.
+    instance: int = -1
 
 
 def chunk_sizes(total_bytes: int, n: int) -> list[int]:
@@ -40,15 +43,18 @@ class ScheduleBuilder:
     """Appends messages with consecutive ids, and keeps what each rank has received in this
     iteration (``inbox``): a rank that runs its steps in order may use any of it."""
 
-    def __init__(self, seg_bytes: list[int], iteration: int, msgs: list[Message], group: str = ""):
+    def __init__(self, seg_bytes: list[int], iteration: int, msgs: list[Message], group: str = "",
+                 instance: int = -1):
         self.seg_bytes, self.iteration, self.msgs, self.group = seg_bytes, iteration, msgs, group
+        self.instance = instance
         self.inbox: dict[str, list[int]] = {}
 
     def send(self, step: int, src: str, dst: str, segments: tuple[int, ...], op: str, deps: tuple[int, ...],
              chunk: int = -1) -> int:
         mid = len(self.msgs)
         self.msgs.append(Message(mid, self.iteration, step, src, dst, sum(self.seg_bytes[s] for s in segments),
-                                 tuple(deps), chunk, "collective", op, tuple(segments), 0, self.group))
+                                 tuple(deps), chunk, "collective", op, tuple(segments), 0, self.group,
+                                 self.instance))
         self.inbox.setdefault(dst, []).append(mid)
         return mid
 

@@ -15,7 +15,7 @@ from testbed.traffic.collectives import (Message, all_to_all, background, halvin
                                          torus2d_allreduce)
 from testbed.traffic.ddp import ddp_step
 from testbed.traffic.parameter_server import parameter_server
-from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step
+from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step, placement
 from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
 from testbed.traffic.traces import chakra_files, chakra_messages, read_simai, simai_messages
 from testbed.traffic.transport import dcqcn_params
@@ -61,11 +61,26 @@ def grid_width(sc: Scenario, fabric: Fabric) -> int:
 def pipeline_job(sc: Scenario) -> PipelineJob:
     w = sc.workload
     act, grads = model_bytes(w.micro_batch_size, w.seq_len, w.hidden, w.bytes_per_element, w.tp, w.layers_per_stage)
+    tokens_x_hidden = w.micro_batch_size * w.seq_len * w.hidden * w.bytes_per_element
     return PipelineJob(pp=w.pp, dp=w.dp, microbatches=w.microbatches,
                        activation_bytes=max(1, round(act * w.bytes_scale)),
                        grad_bytes_per_stage=max(1, round(grads * w.bytes_scale)),
                        fwd_ns=round(w.fwd_compute_ms * w.time_scale * 1e6),
-                       bwd_ns=round(w.bwd_compute_ms * w.time_scale * 1e6))
+                       bwd_ns=round(w.bwd_compute_ms * w.time_scale * 1e6),
+                       tp=w.tp, layers_per_stage=w.layers_per_stage, sequence_parallel=w.tp_sequence_parallel,
+                       # a block's output: every token's hidden vector, partial on each TP host until reduced
+                       tp_bytes=max(1, round(tokens_x_hidden * w.bytes_scale)) if w.tp > 1 else 0,
+                       ep=w.ep, moe_every=w.moe_every,
+                       # a TP host's share of the tokens (sequence parallel), each routed to moe_topk experts
+                       a2a_bytes=max(1, round(tokens_x_hidden * w.moe_topk / w.tp * w.bytes_scale)) if w.ep > 1 else 0)
+
+
+def pipeline_grid(sc: Scenario, fabric: Fabric) -> list[list[list[str]]]:
+    """grid[d][s]: the TP group of stage s of replica d, nested over the placed ranks as
+    workload.rank_order says (on a torus with placement fabric the ranks run along its rows, so
+    the innermost group sits on a row)."""
+    w = sc.workload
+    return placement(placed_ranks(sc, fabric), w.tp, w.dp, w.pp, w.rank_order)
 
 
 
@@ -133,10 +148,9 @@ def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Messag
         ranks = placed_ranks(sc, fabric)
         msgs = COLLECTIVES[w.type](ranks, w.bytes_per_rank, w.iterations)
     elif w.type == "pipeline":
-        # replica d takes ranks d*pp .. d*pp + pp - 1 (on a torus with placement fabric: a row along
-        # the first dimension, so stages are neighbours and a stage's replicas share a column)
-        ranks = placed_ranks(sc, fabric)[:w.pp * w.dp]
-        msgs = pipeline_step(pipeline_job(sc), [ranks[d * w.pp:(d + 1) * w.pp] for d in range(w.dp)], w.iterations)
+        grid = pipeline_grid(sc, fabric)
+        ranks = placed_ranks(sc, fabric)[:w.tp * w.dp * w.pp]
+        msgs = pipeline_step(pipeline_job(sc), grid, w.iterations)
     elif w.type == "ddp":
         ranks = placed_ranks(sc, fabric)
         msgs = ddp_step(ranks, w.bytes_per_rank, w.ddp_buckets, int(w.fwd_compute_ms * 1e6), int(w.bwd_compute_ms * 1e6),

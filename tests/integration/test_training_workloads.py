@@ -59,6 +59,38 @@ def test_pipeline_training_steps(tmp_path, name, sets, stages, replicas, lossles
     assert msgs["complete"].all()
 
 
+def test_tensor_and_expert_parallelism_across_hosts_nest_as_megatron_does(tmp_path):
+    # TP 2 x PP 4 x DP 2 on the k=4 fat-tree, sequence parallel, MoE on every other layer with EP 2:
+    # every layer block's all-gather and reduce-scatter run over its TP pair, which Megatron's
+    # nesting keeps under one edge switch; a MoE block's all-to-alls over the two replicas, in one pod
+    run_dir, s = run_one(tmp_path, "megatron-fattree")
+    assert s["packets"]["lost"] == 0 and s["packets"]["unaccounted"] == 0
+    par = s["collective"]["parallelism"]
+    assert (par["tp"], par["pp"], par["dp"], par["ep"], par["rank_order"]) == (2, 4, 2, 2, "tp-dp-pp")
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    assert msgs["complete"].all()
+    edge = msgs[["src", "dst"]].apply(lambda c: c.str.rsplit("_", n=1).str[0])   # h<pod>_<edge>_<i>
+    pod = msgs[["src", "dst"]].apply(lambda c: c.str.split("_").str[0])
+    tp, ep = msgs["group"].str.startswith("tp_"), msgs["group"] == "ep_alltoall"
+    dp, p2p = msgs["group"].str.startswith("dp_allreduce"), msgs["op"] == "p2p"
+    assert (edge.loc[tp, "src"] == edge.loc[tp, "dst"]).all()
+    for sel in (ep, dp):   # a stage's replicas: the same pod, the other edge switch
+        assert (pod.loc[sel, "src"] == pod.loc[sel, "dst"]).all() and (edge.loc[sel, "src"] != edge.loc[sel, "dst"]).all()
+    assert (pod.loc[p2p, "src"] != pod.loc[p2p, "dst"]).all()    # the stages in different pods
+    # per iteration: 3 all-gathers and 3 reduce-scatters an op (2 attention blocks, 1 dense MLP) for
+    # 2 x 4 micro-batches x 4 stages x 2 replicas; 2 all-to-alls per op's MoE block, per EP group
+    lc = par["layer_collectives"]
+    assert lc["tp_allgather"]["instances_per_iteration"] == lc["tp_reducescatter"]["instances_per_iteration"] == 192
+    assert lc["ep_alltoall"]["instances_per_iteration"] == 2 * 2 * 4 * 4 * 2
+    sc = json.loads((run_dir / "manifest.json").read_text())["scenario"]
+    frame_s = (sc["workload"]["payload_bytes"] + HEADER_BYTES) * 8 / (sc["fabric"]["bw_mbps"] * 1e6)
+    for kind, x in lc.items():   # no collective beats its bandwidth term, less the NIC's burst
+        assert x["members"] == 2 and x["time_s_p50"] >= x["bound_s"] - sc["fabric"]["nic_burst_frames"] * frame_s, kind
+    split = par["iteration_split"]["share"]
+    assert sum(split.values()) == pytest.approx(1.0) and all(v >= 0 for v in split.values())
+    assert all(split[k] > 0 for k in ("compute", "tp", "ep", "pp", "dp"))
+
+
 # how close each comes to its bound is the benchmark's to measure (make bench), not a floor here
 @pytest.mark.parametrize("name,transfers,collectives", [
     # two ring AllReduces (16 and 64 MiB / 64) over 8 ranks: 2 x 2(N-1) x N messages

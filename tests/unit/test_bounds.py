@@ -1,6 +1,7 @@
 """The DAG lower bound: its three terms on hand-built DAGs, and no feasible schedule of a shipped
 pipeline or hybrid job (or of variations of them) ever beating it."""
 from collections import defaultdict
+from dataclasses import replace
 from graphlib import TopologicalSorter
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from testbed.analysis.bounds import dag_bound, duration_s
 from testbed.scenario import load_scenario
 from testbed.traffic.collectives import Message
-from testbed.traffic.pipeline import PipelineJob, pipeline_step
+from testbed.traffic.pipeline import PipelineJob, pipeline_step, placement
 from testbed.traffic.workload import pipeline_job
 
 B = 100e6
@@ -79,15 +80,15 @@ def _jobs():
     """The shipped pipeline and hybrid jobs, and variations of them: more replicas, heavier
     activations, compute that dominates or vanishes."""
     out = []
-    for name in ("pipeline-fattree", "hybrid-torus"):
+    for name in ("pipeline-fattree", "hybrid-torus", "megatron-fattree"):
         j = pipeline_job(load_scenario(name))
         out.append((name, j))
-        out.append((f"{name} 2 MB activations", PipelineJob(j.pp, j.dp, j.microbatches, 2 * MB, j.grad_bytes_per_stage,
-                                                            j.fwd_ns, j.bwd_ns)))
-        out.append((f"{name} no compute", PipelineJob(j.pp, j.dp, j.microbatches, j.activation_bytes,
-                                                      j.grad_bytes_per_stage, 0, 0)))
-        out.append((f"{name} compute x20", PipelineJob(j.pp, j.dp, j.microbatches, j.activation_bytes,
-                                                       j.grad_bytes_per_stage, 20 * j.fwd_ns, 20 * j.bwd_ns)))
+        out.append((f"{name} 2 MB activations", replace(j, activation_bytes=2 * MB)))
+        out.append((f"{name} no compute", replace(j, fwd_ns=0, bwd_ns=0)))
+        out.append((f"{name} compute x20", replace(j, fwd_ns=20 * j.fwd_ns, bwd_ns=20 * j.bwd_ns)))
+    j = pipeline_job(load_scenario("megatron-fattree"))
+    out.append(("megatron-fattree TP without sequence parallelism, no MoE",
+                replace(j, sequence_parallel=False, ep=1, moe_every=0, a2a_bytes=0)))
     out.append(("pp4 dp4 m8", PipelineJob(4, 4, 8, 250_000, 4 * MB, 5_000_000, 10_000_000)))
     out.append(("pp4 dp1 m8 2 MB", PipelineJob(4, 1, 8, 2 * MB, 4 * MB, 5_000_000, 10_000_000)))
     return out
@@ -95,8 +96,8 @@ def _jobs():
 
 @pytest.mark.parametrize("name,job", _jobs(), ids=[n for n, _ in _jobs()])
 def test_no_feasible_schedule_beats_the_bound(name, job):
-    replicas = [[f"h{d}_{s}" for s in range(job.pp)] for d in range(job.dp)]
-    msgs = [m for m in pipeline_step(job, replicas) if m.iteration == 0]
+    grid = placement([f"h{i}" for i in range(job.tp * job.dp * job.pp)], job.tp, job.dp, job.pp)
+    msgs = [m for m in pipeline_step(job, grid) if m.iteration == 0]
     bound = dag_bound(msgs, B).bound_s
     assert bound > 0
     assert feasible_makespan(msgs, B) >= bound * (1 - 1e-12), name
