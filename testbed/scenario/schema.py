@@ -74,6 +74,9 @@ class WorkloadSpec:
                               "alltoall", "pipeline", "ddp", "parameter_server", "chakra", "simai", "shift", "incast"))
     trace: str = spec("", "chakra: a folder of <name>.<rank>.et files; simai: a SimAI/ASTRA-sim text workload "
                       "(relative to the project root)", "str")
+    comm_groups: str = spec("", "chakra: ASTRA-sim's communicator-group configuration, a JSON object from each "
+                            "process group's name to its ranks, for COMM_COLL nodes with a pg_name (default: "
+                            "comm_group.json in the trace folder, if there is one; relative to the project root)", "str")
     collective_algorithm: str = spec("ring", "chakra and simai: how their collectives run (ring, or "
                                      "halving_doubling for AllReduce)", "str", choices=("ring", "halving_doubling"))
     placement: str = spec("fabric", "rank order over the hosts: fabric (a ring that follows the fabric: a snake "

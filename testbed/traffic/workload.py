@@ -109,7 +109,13 @@ def trace_messages(sc: Scenario, hosts: list[str], where: str = "") -> tuple[lis
         raise InputError(where, "workload.trace", f"{path.name} has {n} ranks, the fabric {len(hosts)} hosts")
     ranks = hosts[:n]
     if w.type == "chakra":
-        return ranks, chakra_messages(path, ranks, w.bytes_scale, w.time_scale, w.collective_algorithm, w.iterations)
+        groups = None
+        if w.comm_groups:
+            groups = Path(w.comm_groups) if Path(w.comm_groups).is_absolute() else PROJECT_ROOT / w.comm_groups
+            if not groups.exists():
+                raise InputError(where, "workload.comm_groups", f"{groups} does not exist")
+        return ranks, chakra_messages(path, ranks, w.bytes_scale, w.time_scale, w.collective_algorithm, w.iterations,
+                                      groups)
     return ranks, simai_messages(path, ranks, w.bytes_scale, w.time_scale, w.collective_algorithm, w.iterations)
 
 

@@ -4,6 +4,7 @@ protobuf messages (a GlobalMetadata, then Nodes: 1 id, 2 name, 3 type, 4 ctrl_de
 compute."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,10 @@ from testbed.traffic.traces.protobuf import _fields, _packed, _varint
 
 
 COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
+# et_def.proto's NodeType, INVALID_NODE (0) left out: METADATA, MEM_LOAD, MEM_STORE (time on the rank,
+# as compute), COMP, COMM_SEND, COMM_RECV, COMM_COLL
+NODE_TYPES = {1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE", 4: "COMP_NODE", 5: "COMM_SEND_NODE",
+              6: "COMM_RECV_NODE", 7: "COMM_COLL_NODE"}
 CHAKRA_COLLECTIVES = {0: "allreduce", 2: "allgather", 6: "alltoall", 7: "reducescatter"}
 
 
@@ -72,6 +77,9 @@ def read_chakra(path: Path) -> list[ChakraNode]:
                 k, val = _attr(v, path, at)
                 node.attrs[k] = val
         node.deps = tuple(deps)
+        if node.type not in NODE_TYPES:
+            raise TraceError(path, f"byte {base}, type", f"node {node.id}: node type {node.type} is not one of "
+                             f"Chakra's {NODE_TYPES}")
         nodes.append(node)
     return nodes
 
@@ -91,26 +99,75 @@ def chakra_files(directory: Path) -> list[Path]:
     return [files[r] for r in ranks]
 
 
+COMM_GROUPS_FILE = "comm_group.json"
+
+
+def read_comm_groups(path: Path, n: int) -> dict[str, list[int]]:
+    """ASTRA-sim's communicator-group configuration (its --comm-group-configuration): a JSON object
+    from each process group's name (a COMM_COLL node's pg_name) to its ranks."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise TraceError(path, "file", f"not a JSON communicator-group configuration: {e}") from None
+    if not isinstance(doc, dict):
+        raise TraceError(path, "file", "expected an object of process group name -> list of ranks")
+    for name, members in doc.items():
+        if not isinstance(members, list) or not members or not all(isinstance(r, int) for r in members):
+            raise TraceError(path, name, "expected a non-empty list of ranks")
+        if len(set(members)) != len(members) or not all(0 <= r < n for r in members):
+            raise TraceError(path, name, f"ranks must be distinct and within 0..{n - 1}, got {members}")
+    return doc
+
+
 def chakra_messages(directory: Path, ranks: list[str], bytes_scale: float, time_scale: float,
-                    algorithm: str, iterations: int) -> list[Message]:
+                    algorithm: str, iterations: int, groups_path: Path | None = None) -> list[Message]:
     """Every rank's nodes as messages: COMP nodes as compute on the rank's host; a COMM_SEND and
     the COMM_RECV it matches (the k-th send from a to b with a tag meets the k-th receive at b
-    from a with that tag) as one transfer; the k-th COMM_COLL node of every rank as one
-    collective over all ranks, built with ``algorithm``."""
+    from a with that tag) as one transfer; a COMM_COLL node as one collective over its process
+    group (its pg_name's ranks in ``groups_path``, by default the trace folder's comm_group.json;
+    all ranks without a pg_name), the k-th collective of a group on each of its members being one
+    collective, built with ``algorithm``."""
     files = chakra_files(directory)
     if len(files) != len(ranks):
         raise TraceError(directory, "files", f"{len(files)} ranks in the trace, {len(ranks)} hosts to place them on")
     per_rank = [read_chakra(p) for p in files]
+    if groups_path is None and (Path(directory) / COMM_GROUPS_FILE).exists():
+        groups_path = Path(directory) / COMM_GROUPS_FILE
+    groups = _Groups(read_comm_groups(groups_path, len(ranks)) if groups_path else {}, groups_path, len(ranks), files)
     msgs: list[Message] = []
     barrier: tuple[int, ...] = ()
     for it in range(iterations):
         first = len(msgs)
-        _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm, it, barrier, msgs)
+        _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm, it, barrier, msgs, groups)
         barrier = iteration_end(msgs, first)
     return msgs
 
 
-def _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm, it, barrier, msgs) -> None:
+@dataclass
+class _Groups:
+    by_name: dict[str, list[int]]
+    path: Path | None
+    n: int
+    files: list
+
+    def members(self, r: int, node: ChakraNode) -> tuple[str, list[int]]:
+        """The process group a rank's COMM_COLL node runs over: (its name, its ranks)."""
+        pg = node.attrs.get("pg_name")
+        if pg is None:
+            return "", list(range(self.n))
+        if not isinstance(pg, str):
+            raise TraceError(self.files[r], f"byte {node.offset}, pg_name", f"node {node.id}: not a string")
+        if pg not in self.by_name:
+            where = self.path or f"{COMM_GROUPS_FILE} beside the trace"
+            raise TraceError(self.files[r], f"byte {node.offset}, pg_name", f"node {node.id}: process group {pg!r} "
+                             f"is not in {where}")
+        if r not in self.by_name[pg]:
+            raise TraceError(self.files[r], f"byte {node.offset}, pg_name", f"node {node.id}: rank {r} is not a member "
+                             f"of process group {pg!r} {self.by_name[pg]}")
+        return pg, self.by_name[pg]
+
+
+def _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm, it, barrier, msgs, groups) -> None:
     n = len(ranks)
     done: list[dict[int, tuple[int, ...]]] = [{} for _ in range(n)]   # node id -> arrivals that complete it
     for r, nodes in enumerate(per_rank):
@@ -125,8 +182,8 @@ def _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm
                     raise TraceError(files[r], f"byte {node.offset}", f"node {node.id} depends on unknown node {d}")
     sends: dict[tuple[int, int, int], list[int]] = {}   # (src, dst, tag) -> message ids, in issue order
     recv_seen: dict[tuple[int, int, int], int] = {}
-    coll_index: dict[tuple[int, int], int] = {}          # (rank, node id) -> which collective of the rank
-    colls: dict[int, dict[int, ChakraNode]] = {}          # k-th collective -> rank -> its node
+    coll_index: dict[tuple[int, int], tuple[str, int]] = {}   # (rank, node id) -> (group, which of its collectives)
+    colls: dict[tuple[str, int], dict[int, ChakraNode]] = {}   # (group, k-th collective) -> rank -> its node
     pending = [list(nodes) for nodes in per_rank]
     step = [0] * n
 
@@ -171,14 +228,19 @@ def _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm
                     recv_seen[(src, r, tag)] = k + 1
                     done[r][node.id] = tuple(sorted({matched[k], *start_of(r, node)}))
                 elif node.type == COMM_COLL_NODE:
-                    # the k-th collective of every rank is one collective over all ranks
-                    k = coll_index.setdefault((r, node.id), sum(1 for (q, _) in coll_index if q == r))
-                    group = colls.setdefault(k, {})
+                    # the k-th collective of a process group on each of its members is one collective
+                    pg, members = groups.members(r, node)
+                    if (r, node.id) not in coll_index:
+                        coll_index[(r, node.id)] = (pg, sum(1 for (q, _), (g, _) in coll_index.items()
+                                                            if q == r and g == pg))
+                    group = colls.setdefault(coll_index[(r, node.id)], {})
                     group[r] = node
-                    if len(group) < n or not all(all(d in done[q] for d in g.deps) for q, g in group.items()):
+                    if len(group) < len(members) or \
+                            not all(all(d in done[q] for d in g.deps) for q, g in group.items()):
                         keep.append(node)
                         continue
-                    _buildappend_collective(group, files, ranks, bytes_scale, algorithm, it, step, done, start_of, msgs)
+                    _buildappend_collective(group, [ranks[q] for q in members], files, ranks, bytes_scale, algorithm,
+                                            it, step, done, start_of, msgs, pg)
                 else:  # COMP_NODE, and any other node: time on the rank, no traffic
                     mid = len(msgs)
                     msgs.append(Message(mid, it, step[r], host, host, 0, start_of(r, node), node.id, "compute",
@@ -194,7 +256,8 @@ def _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm
                          f"cycle, a receive without a matching send, or a collective not every rank reaches")
 
 
-def _buildappend_collective(group, files, ranks, bytes_scale, algorithm, it, step, done, start_of, msgs) -> None:
+def _buildappend_collective(group, hosts, files, ranks, bytes_scale, algorithm, it, step, done, start_of, msgs,
+                            pg) -> None:
     kinds = {q: _int_attr(node, "comm_type", files[q]) for q, node in group.items()}
     sizes = {q: _int_attr(node, "comm_size", files[q]) for q, node in group.items()}
     q0 = min(group)
@@ -206,8 +269,15 @@ def _buildappend_collective(group, files, ranks, bytes_scale, algorithm, it, ste
         raise TraceError(files[q0], f"byte {group[q0].offset}", f"collective node {group[q0].id}: comm_type "
                          f"{kinds[q0]} is not one of {CHAKRA_COLLECTIVES}")
     starts = {ranks[q]: start_of(q, node) for q, node in group.items()}
-    finished = append_collective(msgs, kind, algorithm, list(ranks), max(1, round(sizes[q0] * bytes_scale)), starts, it,
-                           max(step), f"{kind} (rank {q0} node {group[q0].id})")
+    if len(hosts) < 2:   # a group of one: nothing on the wire
+        for q, node in group.items():
+            done[q][node.id] = starts[ranks[q]]
+        return
+    try:
+        finished = append_collective(msgs, kind, algorithm, hosts, max(1, round(sizes[q0] * bytes_scale)), starts, it,
+                                     max(step), f"{kind} (rank {q0} node {group[q0].id})" + (f" pg {pg}" if pg else ""))
+    except ValueError as e:   # halving-doubling over a group that is no power of two
+        raise TraceError(files[q0], f"byte {group[q0].offset}", f"collective node {group[q0].id}: {e}") from None
     for q, node in group.items():
         done[q][node.id] = finished[ranks[q]]
 
