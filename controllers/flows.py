@@ -5,7 +5,10 @@ import struct
 
 from os_ken.ofproto import ofproto_v1_5
 
-from controllers.rules import ETH_TYPE_IPV4, TAG_PRIORITY, TAG_TABLE, IngressTag, Rule
+from controllers.rules import ETH_TYPE_IPV4, TAG_PRIORITY, TAG_TABLE, IngressTag, Rule, TenantTag
+from testbed.fabric.tenants import OFPVID_PRESENT
+
+ETH_TYPE_8021Q = 0x8100
 
 # Open vSwitch hashes only IPs (and TCP/SCTP ports) in a plain select group, which would put
 # every RoCE flow (UDP) between two hosts on one path. Its Netronome group property (an
@@ -86,19 +89,24 @@ def add_select_group(dp, group_id: int, ports: tuple[int, ...], hash_basis: int 
     return False
 
 
-def install_ingress_tags(dp, tags: list[IngressTag], then_table: int) -> None:
-    """Table 0 of a switch under PFC's ingress rule: each IPv4 frame's Ethernet source becomes
-    its ingress tag with the arriving DSCP in its low six bits (an Open vSwitch move action);
-    everything goes on to the routes."""
+def install_ingress_tags(dp, tags: list[IngressTag], then_table: int, tenants: list[TenantTag] = ()) -> None:
+    """Table 0 of a switch: under PFC's ingress rule each IPv4 frame's Ethernet source becomes its
+    ingress tag with the arriving DSCP in its low six bits (an Open vSwitch move action); a frame
+    from a tenant's host gets its tenant's VLAN (tenants); everything goes on to the routes."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
+    vlan = {t.in_port: [parser.OFPActionPushVlan(ETH_TYPE_8021Q),
+                        parser.OFPActionSetField(vlan_vid=OFPVID_PRESENT | t.vid)] for t in tenants}
     for tag in tags:
         if ofp.OFP_VERSION == ofproto_v1_5.OFP_VERSION:  # OpenFlow 1.5's own copy-field action
             move = parser.OFPActionCopyField(n_bits=6, oxm_ids=["ip_dscp", "eth_src"])
         else:  # Open vSwitch's move extension
             move = parser.NXActionRegMove(src_field="ip_dscp", dst_field="eth_src", n_bits=6)
-        actions = [parser.OFPActionSetField(eth_src=tag.eth_src), move]
+        actions = [parser.OFPActionSetField(eth_src=tag.eth_src), move] + vlan.get(tag.in_port, [])
         add_flow(dp, TAG_PRIORITY, parser.OFPMatch(in_port=tag.in_port, eth_type=ETH_TYPE_IPV4), actions,
                  table_id=TAG_TABLE, goto_table=then_table)
+    for port, actions in vlan.items():   # the tenant's other frames (ARP) below its IPv4 rule
+        add_flow(dp, TAG_PRIORITY - 1, parser.OFPMatch(in_port=port), actions, table_id=TAG_TABLE,
+                 goto_table=then_table)
     add_flow(dp, 0, parser.OFPMatch(), [], table_id=TAG_TABLE, goto_table=then_table)
 
 
@@ -107,6 +115,8 @@ def install_rule(dp, rule: Rule, group_id: int | None, table_id: int = 0) -> Non
     actions = []
     if rule.set_dscp is not None:
         actions.append(parser.OFPActionSetField(ip_dscp=rule.set_dscp))
+    if rule.pop_vlan:
+        actions.append(parser.OFPActionPopVlan())
     if len(rule.ports) == 1:
         actions.append(parser.OFPActionOutput(rule.ports[0]))
     else:

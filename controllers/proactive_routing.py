@@ -10,7 +10,8 @@ that link, reinstalls only the destinations whose next hops changed, and logs ``
 once every affected switch has confirmed with a barrier.
 
 Under PFC's ingress rule table 0 tags every IPv4 frame with its ingress port
-(controllers.rules.ingress_tags) and the routes go in table 1.
+(controllers.rules.ingress_tags), and with isolated tenants it pushes each tenant host's VLAN
+(testbed.fabric.tenants); the routes then go in table 1, each matching its destination's VLAN.
 
 Its settings come from the resolved scenario the launcher hands every app: controller.routing
 (dimension_order, shortest_path, ecmp, dmodk), controller.dateline with controller.vc1_dscp (the
@@ -30,9 +31,10 @@ from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 from controllers.flows import (add_select_group, barrier, delete_flows, delete_groups, install_ingress_tags,
                                install_rule)
 from controllers.route_events import EventRoutesChanged
-from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for
+from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for, tenant_tags
 from testbed.fabric.qos import switch_port_slots
 from testbed.fabric.routing import compute_routes
+from testbed.fabric.tenants import host_vids
 
 
 def logged_errors(handler):
@@ -64,7 +66,9 @@ class ProactiveRouting(app_manager.OSKenApp):
         self.vc_dscp = {sc.workload.dscp: sc.controller.vc1_dscp} if self.dateline else {}
         # under the ingress rule every switch tags a frame with the port it entered by
         self.ingress_tags = sc.qos.pfc and sc.qos.pfc_accounting == "ingress"
-        self.route_table = ROUTE_TABLE if self.ingress_tags else 0
+        # tenants: every tenant host's frames tagged with its VLAN on entering the fabric
+        self.vids = host_vids(sc)
+        self.route_table = ROUTE_TABLE if self.ingress_tags or self.vids else 0
         self.slots = switch_port_slots(self.fabric) if self.ingress_tags else {}
         self.down_links: frozenset = frozenset()
         self.down_ports: set[tuple[str, int]] = set()
@@ -77,7 +81,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         self.pending_reroute: dict[int, int] = {}   # dpid -> barrier xid of a reroute
         self.reroute_started_ns = 0
         self.event_log.write("app_started", app="proactive_routing", routing=self.routing,
-                             dateline=self.dateline, ingress_tags=self.ingress_tags,
+                             dateline=self.dateline, ingress_tags=self.ingress_tags, tenant_vlans=len(set(self.vids.values())),
                              switches=len(self.fabric.switches),
                              routes=sum(len(r) for r in self.routes.values()))
 
@@ -97,7 +101,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         return groups[ports]
 
     def _install_host(self, dp, switch: str, host: str) -> int:
-        rules = rules_for(self.fabric, self.routes, switch, host, self.vc_dscp)
+        rules = rules_for(self.fabric, self.routes, switch, host, self.vc_dscp, self.vids)
         for rule in rules:
             install_rule(dp, rule, self._group_for(dp, rule.ports), table_id=self.route_table)
         return len(rules)
@@ -115,8 +119,9 @@ class ProactiveRouting(app_manager.OSKenApp):
         delete_flows(dp)
         delete_groups(dp)
         self.groups.pop(dp.id, None)
-        if self.ingress_tags:
-            install_ingress_tags(dp, ingress_tags(self.fabric, sw.name, self.slots), then_table=ROUTE_TABLE)
+        if self.route_table == ROUTE_TABLE:
+            install_ingress_tags(dp, ingress_tags(self.fabric, sw.name, self.slots) if self.ingress_tags else [],
+                                 then_table=ROUTE_TABLE, tenants=tenant_tags(self.fabric, sw.name, self.vids))
         n = sum(self._install_host(dp, sw.name, h.name) for h in self.fabric.hosts)
         self.barrier_xid[dp.id] = barrier(dp)
         self.event_log.write("switch_rules_sent", switch=sw.name, rules=n)

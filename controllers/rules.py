@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from testbed.fabric.qos import switch_port_slots
 from testbed.fabric.routing import RouteTable, next_vc
+from testbed.fabric.tenants import OFPVID_NONE, OFPVID_PRESENT
 from topologies.model import Fabric
 
 ETH_TYPE_IPV4 = 0x0800
@@ -37,6 +38,7 @@ class Rule:
     set_dscp: int | None                     # rewrite before output, or None
     ports: tuple[int, ...]                   # one port, or several for an ECMP group
     cookie: int                              # the destination host: its rules change together
+    pop_vlan: bool = False                   # the last hop toward a tenant's host: its tag comes off
 
 
 @dataclass(frozen=True)
@@ -58,16 +60,35 @@ def host_cookie(fabric: Fabric, host: str) -> int:
     return 1 + [h.name for h in fabric.hosts].index(host)
 
 
+@dataclass(frozen=True)
+class TenantTag:
+    in_port: int
+    vid: int       # the VLAN its host's frames get on entering the fabric
+
+
+def tenant_tags(fabric: Fabric, switch: str, vids: dict[str, int]) -> list[TenantTag]:
+    """The ports of ``switch`` that face a tenant's host, with its tenant's VLAN."""
+    return [TenantTag(port, vids[peer]) for port, (peer, _, _) in sorted(fabric.ports[switch].items())
+            if peer in vids]
+
+
 def rules_for(fabric: Fabric, table: RouteTable, switch: str, host: str,
-              vc_dscp: dict[int, int] | None = None) -> list[Rule]:
-    """Every rule ``switch`` needs toward ``host`` (none when it has no route)."""
+              vc_dscp: dict[int, int] | None = None, vids: dict[str, int] | None = None) -> list[Rule]:
+    """Every rule ``switch`` needs toward ``host`` (none when it has no route). With tenants
+    (vids: tenant host -> VLAN, testbed.fabric.tenants) every rule also matches the destination's
+    VLAN, untagged for a host of no tenant, so another tenant's frames match none."""
     ports = table[switch].get(host)
     if not ports:
         return []
     ip = fabric.host_by_name[host].ip
     cookie = host_cookie(fabric, host)
-    out = [Rule(ROUTE_PRIORITY, (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)), None, ports, cookie),
-           Rule(ROUTE_PRIORITY, (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip)), None, ports, cookie)]
+    tag: tuple = ()
+    pop = False
+    if vids:
+        tag = (("vlan_vid", OFPVID_PRESENT | vids[host] if host in vids else OFPVID_NONE),)
+        pop = host in vids and len(ports) == 1 and fabric.ports[switch][ports[0]][0] == host
+    out = [Rule(ROUTE_PRIORITY, (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)) + tag, None, ports, cookie, pop),
+           Rule(ROUTE_PRIORITY, (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip)) + tag, None, ports, cookie, pop)]
     if not vc_dscp or fabric.kind != "torus":
         return out
     if len(ports) != 1:
@@ -79,12 +100,12 @@ def rules_for(fabric: Fabric, table: RouteTable, switch: str, host: str,
     for c0, c1 in vc_dscp.items():
         channel = (c0, c1)
         for vc in (0, 1):
-            base = (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip), ("ip_dscp", channel[vc]))
+            base = (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip), ("ip_dscp", channel[vc])) + tag
             nvc = next_vc(fabric, switch, None, port, vc, dateline=True)
             out.append(Rule(VC_PRIORITY, base, channel[nvc] if channel[nvc] != channel[vc] else None,
-                            ports, cookie))
+                            ports, cookie, pop))
             for q in same_dim_in:
                 nvc = next_vc(fabric, switch, q, port, vc, dateline=True)
                 out.append(Rule(VC_IN_PORT_PRIORITY, (("in_port", q),) + base,
-                                channel[nvc] if channel[nvc] != channel[vc] else None, ports, cookie))
+                                channel[nvc] if channel[nvc] != channel[vc] else None, ports, cookie, pop))
     return out

@@ -16,7 +16,7 @@ from testbed.fabric import qos
 from testbed.fabric.routing import compute_routes
 from testbed.run import probe
 from testbed.scenario import Scenario, build_fabric
-from testbed.traffic.workload import build_messages
+from testbed.traffic.workload import build_messages, job_fabric, job_scenario
 
 CHECK_VERSION = 1
 RPS_PROBE = Path("/sys/class/net/lo/queues/rx-0/rps_cpus")
@@ -46,7 +46,13 @@ def describe(sc: Scenario) -> dict:
     ranks, messages = build_messages(sc, fabric)
     bw_bps = sc.fabric.bw_mbps * 1e6
     first = [m for m in messages if m.iteration == 0]
-    bound, formula, terms = planned_bound(sc.workload.type, len(ranks), sc.workload.bytes_per_rank, bw_bps, first)
+    bounds = {}
+    for job in sc.jobs or (None,):   # each job's bound as if alone; a single workload's own
+        js = job_scenario(sc, job) if job else sc
+        jranks = build_messages(js, job_fabric(fabric, job))[0] if job else ranks
+        bounds[job.name if job else ""] = planned_bound(js.workload.type, len(jranks), js.workload.bytes_per_rank,
+                                                        bw_bps, [m for m in first if not job or m.job == job.name])
+    bound, formula, terms = next(iter(bounds.values()))
     transfers = [m for m in messages if m.op != "compute"]
     by_tag = Counter(m.tag for m in transfers)
     rates = Counter(link.bw_mbps for link in fabric.links)
@@ -63,7 +69,9 @@ def describe(sc: Scenario) -> dict:
                     "bytes_first_iteration": int(sum(m.bytes for m in first if m.op != "compute")),
                     "compute_steps": len(messages) - len(transfers),
                     "compute_s": sum(m.duration_ns for m in messages if m.op == "compute") / 1e9},
-        "bound": {"per_iteration_s": bound, "formula": formula, "terms": terms},
+        "bound": {"per_iteration_s": bound, "formula": formula, "terms": terms,
+                  "jobs": {name: {"per_iteration_s": b, "formula": f} for name, (b, f, _) in bounds.items()}
+                  if sc.jobs else None},
         "qos": {"scheduling": sc.qos.scheduling, "classes": [c.name for c in sc.classes],
                 "ecn": sc.qos.ecn, "pfc": sc.qos.pfc},
     }

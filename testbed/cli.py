@@ -89,12 +89,32 @@ class TrafficProgress:
 
 def run_with_progress(sc):
     from testbed.run import runner
+    alone = measure_alone(sc) if len(sc.jobs) > 1 and sc.run.measure_alone else None
     shown = TrafficProgress() if console.is_terminal else None
     try:
-        return runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"), progress=shown)
+        return runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"), progress=shown, alone=alone)
     finally:
         if shown:
             shown.close()
+
+
+def measure_alone(sc) -> dict:
+    """Each of the scenario's jobs run alone on the same fabric, one after the other (one emulation
+    at a time), before they run together: its mean iteration, and whether that run kept up."""
+    import dataclasses
+    from testbed.analysis import summary as analysis
+    out = {}
+    for job in sc.jobs:
+        solo = dataclasses.replace(sc, name=f"{sc.name}.alone.{job.name}", jobs=(job,), expect=())
+        console.print(f"[dim]{sc.name}: job {job.name} alone first[/]")
+        run_dir = run_with_progress(solo)
+        s = analysis.analyze(run_dir)
+        j = s["jobs"][job.name]
+        out[job.name] = {"mean_time_s": j["mean_time_s"], "kept_up": s["fidelity"]["verdict"] == "kept_up",
+                         "run_id": s["run_id"]}
+        console.print(f"[dim]{sc.name}: job {job.name} alone: {j['mean_time_s']} s an iteration, "
+                      f"{s['fidelity']['verdict']}[/]")
+    return out
 
 
 def cmd_run(args) -> int:

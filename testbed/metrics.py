@@ -52,7 +52,7 @@ DERIVED = ("status",)
 # performance class. The rest count what the policy did (completions, marks, pauses, drops, losses),
 # which a slow machine does not explain away: the policy class.
 PERFORMANCE_PREFIXES = ("collective.", "latency", "goodput.", "fct_slowdown.", "background.",
-                        "transport.steady_state.", "transport.fct", "links.")
+                        "transport.steady_state.", "transport.fct", "links.", "jobs.", "training.")
 POLICY_PATHS = ("collective.iterations_complete",)
 
 

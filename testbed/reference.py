@@ -20,7 +20,7 @@ REFERENCE_PATH = PROJECT_ROOT / "docs" / "scenario-reference.md"
 
 # the arrays of tables a scenario may hold, in the order a scenario file usually has them
 ARRAYS = {"classes": S.ClassSpec, "policy_changes": S.PolicyChangeSpec, "faults": S.FaultSpec,
-          "expect": S.ExpectSpec, "tolerance": S.ToleranceSpec}
+          "expect": S.ExpectSpec, "tolerance": S.ToleranceSpec, "jobs": S.JobSpec}
 
 HEADER = """# Scenario reference
 
@@ -109,6 +109,10 @@ def reference_markdown() -> str:
             defaults = "; ".join(f"`{c.name}` (DSCP {', '.join(map(str, c.dscp)) or 'every other'}"
                                  f"{', ECN' if c.ecn else ''}{', PFC' if c.pfc else ''})" for c in S.DEFAULT_CLASSES)
             out += [f"Without any: {defaults}. At most {S.MAX_CLASSES} classes.", ""]
+        if name == "jobs":
+            out += ["With `workload.type = \"jobs\"`. Each job's `[jobs.workload]` table takes the fields of "
+                    "[workload] above, for that job alone on its hosts; the top-level [workload] keeps "
+                    "`payload_bytes`.", ""]
         out += _table(cls) + [""]
     return "\n".join(out).rstrip() + "\n"
 

@@ -107,6 +107,16 @@ def _workload(s: dict) -> list[tuple]:
     if len(colls) > 6:
         rows.append((f"  ... {len(colls) - 6} more collectives", "summary.json"))
     rows += [(f"  phase {name} (s)", ", ".join(_num(x, "{:.3f}") for x in spans)) for name, spans in col.get("phases_s", {}).items()]
+    for name, j in (s.get("jobs") or {}).items():
+        rows.append((f"job {name} (tenant {j['tenant']}, {j['workload']}, {len(j['hosts'])} hosts)",
+                     f"{_num(j['mean_time_s'], '{:.4f}')} s an iteration; alone {_num(j['alone_mean_time_s'], '{:.4f}')}"
+                     f"{'' if j['alone_kept_up'] in (True, None) else ' (could not keep up)'}; slowdown "
+                     f"{_num(j['slowdown'], '{:.3f}')}"))
+    iso = s.get("isolation")
+    if iso:
+        rows.append(("tenant isolation", f"{iso['cross_tenant_delivered']} of {iso['cross_tenant_sent']} cross-tenant "
+                                         f"probes delivered, {iso['same_tenant_delivered']} of {iso['same_tenant_sent']} "
+                                         f"within tenants ({iso['mechanism']})"))
     par = col.get("parallelism")
     if par:
         rows.append(("parallel layout", f"TP {par['tp']} x PP {par['pp']} x DP {par['dp']}, EP {par['ep']} "

@@ -30,6 +30,7 @@ from testbed.analysis import fidelity, losses, tables
 from testbed.analysis import links as link_analysis
 from testbed.analysis.flows import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
 from testbed.analysis.hosts import host_fidelity, nic_queues
+from testbed.analysis.jobs import jobs_section, view_inputs
 from testbed.analysis.parallelism import iteration_split, layer_collectives
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, write_table
@@ -43,7 +44,7 @@ from testbed.traffic.collectives import busbw_factor
 from testbed.traffic.packets import HEADER_BYTES
 from testbed.traffic.workload import pipeline_job
 
-SUMMARY_VERSION = 2   # 2: training (the synchronisation share)
+SUMMARY_VERSION = 3   # 2: training (the synchronisation share); 3: jobs
 SCHEMA_PATH = PROJECT_ROOT / "docs" / "summary.schema.json"
 Status = Literal["ok", "failed", "deadlock", "regressed"]
 Verdict = Literal["kept_up", "could_not_keep_up", "not_judged"]
@@ -112,6 +113,12 @@ class Summary:
     collective: dict = doc("the workload's iterations against the analytical bound")
     training: dict | None = doc("a workload that computes: the share of each iteration its workers waited on "
                                 "communication (sync_share, sync_share_by_iteration); None otherwise")
+    jobs: dict | None = doc("with [[jobs]]: per job its tenant, hosts, collective and training sections (the "
+                            "top-level ones are the first job's) and, measured alone in the same invocation, its "
+                            "slowdown; None otherwise")
+    isolation: dict | None = doc("tenants: the isolation probes sent before the traffic, from a host of every "
+                                 "tenant to one of every other and to one of its own (cross_tenant_delivered, "
+                                 "same_tenant_delivered, mechanism, per pair); None with fewer than two tenants")
     latency_us: dict = doc("one-way latency over every packet: p50, p99, min, max")
     nic_queueing: dict = doc("the host NICs' queues")
     goodput: dict = doc("payload delivered over the traffic's duration")
@@ -202,11 +209,21 @@ def analyze(run_dir: Path | str) -> dict:
                         f"made no progress for {deadlock['stuck_ms']:.0f} ms")
     if tr["messages_with_wrong_bytes"]:
         problems.append(f"{tr['messages_with_wrong_bytes']} messages completed with the wrong number of payload bytes")
+    if t.jobs:
+        # each job as if alone on its hosts; the top-level sections are the first job's
+        sections = {}
+        for name, v in t.jobs.items():
+            ji, jt = view_inputs(inp, t, v)
+            sections[name] = (collective_section(ji, jt), training_section(jt.messages, jt.iterations))
+        jobs = jobs_section(t.jobs, sections, inp.manifest.get("alone") or {})
+        collective, training = next(iter(sections.values()))
+    else:
+        jobs, collective, training = None, collective_section(inp, t), training_section(t.messages, t.iterations)
     summary = Summary(
         summary_version=SUMMARY_VERSION, run_id=inp.manifest["run_id"], scenario=sc["name"],
         status=status_of(acc.problems, deadlock, tr["messages_with_wrong_bytes"], []),
         problems=problems, mechanisms=inp.manifest["mechanisms"], timings_s=inp.manifest["timings_s"],
-        collective=collective_section(inp, t), training=training_section(t.messages, t.iterations),
+        collective=collective, training=training, jobs=jobs, isolation=inp.manifest.get("isolation"),
         latency_us=latency, nic_queueing=nic_queues(t.packets, inp.plan),
         goodput=_goodput(inp, t), packets=Packets(**packets), fidelity=Fidelity(**fid), faults=faults, qos=qos,
         latency_by_dscp_us=_latency_by_dscp(t.packets),

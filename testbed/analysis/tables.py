@@ -89,6 +89,7 @@ class Tables:
     pfc_events: pd.DataFrame
     bound_formula: str
     bound_terms: dict | None
+    jobs: dict | None = None           # [[jobs]]: name -> testbed.analysis.jobs.JobView
 
     @property
     def tags(self) -> pd.Series:
@@ -103,11 +104,21 @@ def build(inp: RunInputs) -> Tables:
     pkts = packet_table(rf, msgs)
     add_wire_times(msgs, pkts)
     workload = sc["workload"]["type"]
-    first = iteration_messages(msgs, inp.plan, 0) if workload in NO_SINGLE_S else []
-    bound, formula, terms = planned_bound(workload, len(inp.manifest["ranks"]), sc["workload"]["bytes_per_rank"],
-                                          sc["fabric"]["bw_mbps"] * 1e6, first)
     tags = msgs["tag"] if "tag" in msgs else pd.Series("collective", index=msgs.index)
-    iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
+    jobs = None
+    if workload == "jobs":
+        from testbed.analysis.jobs import job_views  # noqa: PLC0415 (it plans each job again)
+        jobs = job_views(sc, msgs, lambda m: iteration_messages(m, inp.plan, 0))
+        iters = pd.concat([iteration_table(v.messages[tags[v.messages.index].isin(["collective", "compute"])],
+                                           v.bound_s).assign(job=name) for name, v in jobs.items()],
+                          ignore_index=True)
+        first_job = next(iter(jobs.values()))
+        formula, terms = first_job.bound_formula, first_job.bound_terms
+    else:
+        first = iteration_messages(msgs, inp.plan, 0) if workload in NO_SINGLE_S else []
+        bound, formula, terms = planned_bound(workload, len(inp.manifest["ranks"]), sc["workload"]["bytes_per_rank"],
+                                              sc["fabric"]["bw_mbps"] * 1e6, first)
+        iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
     write_table(pkts, rf, "packets", csv=False)
     write_table(msgs, rf, "messages")
     write_table(iters, rf, "iterations")
@@ -121,7 +132,7 @@ def build(inp: RunInputs) -> Tables:
         else:
             write_table(tel, rf, "queues", csv=False)
     return Tables(messages=msgs, packets=pkts, iterations=iters, telemetry=tel, pfc_events=pfc_events(rf),
-                  bound_formula=formula, bound_terms=terms)
+                  bound_formula=formula, bound_terms=terms, jobs=jobs)
 
 
 def packet_table(rf: RunFolder, messages: pd.DataFrame) -> pd.DataFrame:

@@ -42,7 +42,13 @@ def check_expectations(summary: dict, expects: list[dict], fidelity_valid: bool 
         actual = metric(summary, e["metric"])
         want = metric(summary, e["than"]) if e.get("than") else e["value"]
         kind = metric_class(e["metric"])
-        if actual is MISSING or actual is None:
+        alone = metric(summary, e["metric"].removesuffix("slowdown") + "alone_kept_up") \
+            if e["metric"].startswith("jobs.") and e["metric"].endswith(".slowdown") else MISSING
+        if actual is None and alone is False:
+            ok, why = None, "not judged: the job's run alone could not keep up, so its time alone is the machine's"
+        elif actual is None and alone is None:
+            ok, why = None, "not judged: the job was not run alone first (run.measure_alone = false)"
+        elif actual is MISSING or actual is None:
             ok, why = False, "not in the summary"
         elif want is MISSING or want is None:
             # nothing to compare with (e.g. no bulk traffic in this run): the expectation does not apply

@@ -21,12 +21,15 @@ from testbed.fabric import qos
 from testbed.fabric.agent_plan import AgentPlan, QueueSpec
 from testbed.fabric.net import EmulatedFabric
 from testbed.fabric.ports import PortConfig, leaf_minor
+from testbed.fabric.tenants import mechanism as tenant_mechanism
+from testbed.fabric.tenants import tenants
 from testbed.paths import PROJECT_ROOT
 from testbed.run import probe
 from testbed.run.capture import HostCaptures
 from testbed.run.controller import Controller
 from testbed.run.cpu import CpuMeter
 from testbed.run.faults import FaultInjector
+from testbed.run.isolation import check_isolation
 from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.run.state import RunLock, RunRecord, clean_stale
 from testbed.runfolder import RunFolder
@@ -40,11 +43,13 @@ ENGINE_GRACE_S = 30.0
 ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
 
 
-def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None) -> Path:
+def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None, alone: dict | None = None) -> Path:
     """Run the scenario; returns its run folder (raw files and manifest.json). Interrupts unwind
     it: the CLI turns SIGTERM into testbed.errors.Terminated and keeps SIGINT a KeyboardInterrupt.
     progress(EngineProgress, elapsed_s, time_limit_s), if given, is called about every 200 ms of
-    the traffic phase with the engine's last heartbeat record."""
+    the traffic phase with the engine's last heartbeat record. alone: with [[jobs]], each job's mean
+    iteration when it ran alone (the CLI's runs before this one), kept in the manifest for the
+    analysis's slowdowns."""
     fabric = build_fabric(sc.fabric)
     ranks, messages = build_messages(sc, fabric)
     base = results_dir or RESULTS_DIR
@@ -68,13 +73,14 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None)
             "versions": probe.versions(), "machine": probe.machine(),
             "mechanisms": mechanisms(sc, datapath),
             "ranks": ranks,
+            "alone": alone or {},
             "timings_s": {},
         }
         rf.fabric.write_text(fabric.to_json())
         rf.schedule.write_text(json.dumps(
             [{"id": m.id, "iteration": m.iteration, "step": m.step, "src": m.src, "dst": m.dst,
               "bytes": m.bytes, "chunk": m.chunk, "tag": m.tag, "op": m.op, "duration_ns": m.duration_ns,
-              "group": m.group, "instance": m.instance}
+              "group": m.group, "instance": m.instance, "job": m.job}
              for m in messages]))
         try:
             _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress)
@@ -108,6 +114,7 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
                  "routes feed into it") +
                 "; pause = tbf rate change on the upstream class leaf over netlink, resume = rate back "
                 "plus an 802.1Qbb XON frame") if sc.qos.pfc else "off",
+        "tenant_isolation": tenant_mechanism(sc),
         "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
                       f"routes, sends it to the switch agent, logs its reports and decisions",
         "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
@@ -176,6 +183,8 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                 timings["routes_ready"] = time.monotonic() - t0
                 log(f"routes ready {timings['routes_ready']:.2f} s after start")
                 host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
+                if len(tenants(sc)) > 1:
+                    manifest["isolation"] = check_isolation(sc, fabric, host_pids, rf.isolation, log)
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
                 rf.engine_plan.write_text(json.dumps(plan.to_json()))
                 agent_plan = build_agent_plan(sc, net.ports, str(run_dir), agent_socket)

@@ -3,7 +3,7 @@
 
 A scenario is a TOML file in scenarios/ with tables [fabric], [controller], [workload],
 [transport], [dcqcn], [qos] and [run] (each optional: defaults apply), and optional arrays of
-[[classes]], [[policy_changes]], [[faults]], [[expect]] and [[tolerance]]
+[[classes]], [[policy_changes]], [[faults]], [[expect]], [[tolerance]] and [[jobs]]
 (docs/scenario-reference.md). Modules that only need the types import the schema, which imports
 nothing of the testbed's model; the loader sits above the workload builders it checks with.
 """
@@ -11,11 +11,11 @@ from testbed.scenario.loader import (SCENARIO_DIR, list_scenarios, load_document
                                      scenario_path)
 from testbed.scenario.schema import (DEFAULT_CLASSES, EXPECT_OPS, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION,
                                      SECTIONS, TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ControllerSpec, DcqcnSpec,
-                                     ExpectSpec, FabricSpec, FaultSpec, PolicyChangeSpec, QosSpec, RunSpec, Scenario,
+                                     ExpectSpec, FabricSpec, FaultSpec, JobSpec, PolicyChangeSpec, QosSpec, RunSpec, Scenario,
                                      ToleranceSpec, TransportSpec, WorkloadSpec, build_fabric, spec)
 
 __all__ = ["DEFAULT_CLASSES", "EXPECT_OPS", "MAX_CLASSES", "POLICY_FIELDS", "SCENARIO_DIR", "SCENARIO_VERSION",
            "SECTIONS", "TOP_LEVEL", "TOPOLOGY_FIELDS", "ClassSpec", "ControllerSpec", "DcqcnSpec", "ExpectSpec",
-           "FabricSpec", "FaultSpec", "PolicyChangeSpec", "QosSpec", "RunSpec", "Scenario", "ToleranceSpec",
+           "FabricSpec", "FaultSpec", "JobSpec", "PolicyChangeSpec", "QosSpec", "RunSpec", "Scenario", "ToleranceSpec",
            "TransportSpec", "WorkloadSpec", "build_fabric", "list_scenarios", "load_document", "load_scenario",
            "parse_override", "scenario_path", "spec"]

@@ -13,10 +13,10 @@ from typing import Any
 
 from testbed.errors import InputError
 from testbed.metrics import DERIVED, TRACKED, tolerance_of
-from testbed.scenario.schema import (DEFAULT_CLASSES, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION, SECTIONS,
+from testbed.scenario.schema import (DEFAULT_CLASSES, JobSpec, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION, SECTIONS,
                                      TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ExpectSpec, FaultSpec, PolicyChangeSpec,
-                                     Scenario, ToleranceSpec, build_fabric)
-from testbed.traffic.workload import grid_width, trace_messages
+                                     Scenario, ToleranceSpec, WorkloadSpec, build_fabric)
+from testbed.traffic.workload import grid_width, job_fabric, trace_messages
 from testbed.units import parse_bytes
 from testbed.wire import HEADER_BYTES
 
@@ -42,6 +42,10 @@ def _check_value(where: str, name: str, raw: Any, meta: dict) -> Any:
         if meta["choices"] and raw not in meta["choices"]:
             fail(f"expected one of {', '.join(meta['choices'])}; got {raw!r}")
         return raw
+    if kind == "str_list":
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(v, str) for v in raw):
+            fail(f"expected a list of strings, got {raw!r}")
+        return tuple(raw)
     if kind == "int_list":
         if not isinstance(raw, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                          for v in raw):
@@ -103,10 +107,13 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     if ports > MAX_QUEUES // SLOT_CLASSES:
         raise InputError(where, "fabric", f"{ports} link ends; the port program holds at most "
                          f"{MAX_QUEUES // SLOT_CLASSES} (testbed/fabric/bpf/port_qos.bpf.c MAX_QUEUES)")
-    _check_workload_shape(where, sc, fabric)
+    if sc.jobs:
+        _check_jobs(where, sc, fabric)
+    else:
+        _check_workload_shape(where, sc, fabric)
+        _check_workload_parties(where, sc, fabric)
     _check_faults(where, sc, fabric)
     _check_classes(where, sc)
-    _check_workload_parties(where, sc, fabric)
 
 
 def _check_settings(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
@@ -355,10 +362,93 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
         raise InputError(where, "tolerance", "expected an array of tables [[tolerance]]")
     tolerance = tuple(_check_tolerance(where, i, _build_section(where, f"tolerance[{i}]", ToleranceSpec, t))
                       for i, t in enumerate(tol_doc))
+    jobs = _jobs(where, doc.get("jobs", []))
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
-                  policy_changes=changes, expect=expect, tolerance=tolerance, **built)
+                  policy_changes=changes, expect=expect, tolerance=tolerance, jobs=jobs, **built)
+    if jobs or built["workload"].type == "jobs":
+        sc = _resolve_jobs(where, sc)
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     return sc
+
+
+def _resolve_jobs(where: str, sc: Scenario) -> Scenario:
+    """Each job's hosts, named or counted off in fabric order, none in two jobs."""
+    if sc.workload.type != "jobs":
+        raise InputError(where, "workload.type", "[[jobs]] need workload.type = \"jobs\"")
+    if not sc.jobs:
+        raise InputError(where, "jobs", "workload.type jobs needs at least one [[jobs]] table")
+    try:
+        fabric = build_fabric(sc.fabric)
+    except ValueError as e:
+        raise InputError(where, "fabric", str(e)) from None
+    names = [h.name for h in fabric.hosts]
+    taken = {h for j in sc.jobs for h in j.hosts}
+    resolved = []
+    for i, j in enumerate(sc.jobs):
+        if bool(j.hosts) == bool(j.host_count):
+            raise InputError(where, f"jobs[{i}].hosts", "give a job its hosts or a host_count, one of the two")
+        hosts = list(j.hosts)
+        for h in hosts:
+            if h not in fabric.host_by_name:
+                raise InputError(where, f"jobs[{i}].hosts", f"no host {h!r} in this fabric (e.g. {names[0]})")
+        if len(set(hosts)) != len(hosts):
+            raise InputError(where, f"jobs[{i}].hosts", "a host appears twice")
+        for h in hosts:
+            other = next((k.name for k in resolved if h in k.hosts), None)
+            if other:
+                raise InputError(where, f"jobs[{i}].hosts", f"{h} is also {other}'s: jobs need hosts of their own")
+        if j.host_count:
+            free = [h for h in names if h not in taken]
+            if len(free) < j.host_count:
+                raise InputError(where, f"jobs[{i}].host_count", f"{j.host_count} hosts asked, {len(free)} left")
+            hosts = free[:j.host_count]
+            taken |= set(hosts)
+        resolved.append(dataclasses.replace(j, hosts=tuple(hosts), host_count=0))
+    return dataclasses.replace(sc, jobs=tuple(resolved))
+
+
+def _check_jobs(where: str, sc: Scenario, fabric) -> None:
+    """Each job's workload against its hosts, as a scenario of its own would be (its errors named
+    under jobs[i]); and every tenant's traffic in classes of its own."""
+    from testbed.fabric import qos  # noqa: PLC0415 (the loader is imported by the fabric's planners)
+    cls = qos.class_of_dscp(sc)
+    owner: dict[int, str] = {}
+    for i, j in enumerate(sc.jobs):
+        sub = dataclasses.replace(sc, workload=j.workload, jobs=())
+        try:
+            _check_workload_shape(where, sub, job_fabric(fabric, j))
+            _check_workload_parties(where, sub, job_fabric(fabric, j))
+        except InputError as e:
+            raise InputError(where, f"jobs[{i}].{e.field}" if e.field else f"jobs[{i}]", e.message) from None
+        for dscp in {j.workload.dscp} | ({j.workload.bulk_dscp} if j.workload.bulk_shift else set()):
+            if owner.setdefault(cls[dscp], j.tenant) != j.tenant:
+                raise InputError(where, f"jobs[{i}].workload.dscp", f"DSCP {dscp} is in class "
+                                 f"{sc.classes[cls[dscp]].name}, tenant {owner[cls[dscp]]}'s: each tenant needs "
+                                 f"classes of its own (their weights are its share of every port)")
+
+
+def _jobs(where: str, jobs_doc: Any) -> tuple[JobSpec, ...]:
+    """[[jobs]] as JobSpecs, each with its [jobs.workload] table (hosts resolved later, against the
+    fabric)."""
+    if not isinstance(jobs_doc, list):
+        raise InputError(where, "jobs", "expected an array of tables [[jobs]]")
+    out = []
+    for i, t in enumerate(jobs_doc):
+        if not isinstance(t, dict):
+            raise InputError(where, f"jobs[{i}]", "expected a table")
+        t = dict(t)
+        workload = _build_section(where, f"jobs[{i}].workload", WorkloadSpec, t.pop("workload", {}))
+        job = _build_section(where, f"jobs[{i}]", JobSpec, t)
+        if not _NAME_RE.match(job.name):
+            raise InputError(where, f"jobs[{i}].name", f"expected a name of letters, digits, - and _, got {job.name!r}")
+        if workload.type == "jobs":
+            raise InputError(where, f"jobs[{i}].workload.type", "a job's workload cannot be jobs itself")
+        out.append(dataclasses.replace(job, tenant=job.tenant or job.name, workload=workload))
+    names = [j.name for j in out]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            raise InputError(where, f"jobs[{i}].name", f"{n!r} names an earlier job too")
+    return tuple(out)
 
 
 def scenario_path(name: str) -> Path:

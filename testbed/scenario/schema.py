@@ -55,6 +55,10 @@ class ControllerSpec:
     survive_controller_loss: bool = spec(False, "if the controller dies, let the switches keep forwarding on "
                                          "their installed rules and finish the run (else stop it at once)", "bool")
     vc1_dscp: int = spec(27, "DSCP that carries the workload's class on virtual channel 1", "int", 0, 63)
+    tenant_isolation: bool = spec(True, "[[jobs]] of two or more tenants: each tenant's hosts reach only their "
+                                  "own tenant's (one 802.1Q VLAN per tenant, pushed at the edge switch, matched by "
+                                  "every route, popped toward the host); false removes it (what the isolation "
+                                  "check must catch)", "bool")
     qos_app: str = spec("qos_policy", "os-ken app in controllers/ that owns the port QoS policy (sends it to "
                         "the switch agent, receives its telemetry and events, changes it at run time)",
                         "str", choices=("qos_policy",))
@@ -69,9 +73,11 @@ class WorkloadSpec:
                      "each bucket's ring AllReduce overlapped with the backward pass), parameter_server (workers push gradient shards "
                      "to ps_servers servers and pull the parameters back), chakra or simai (replay "
                      "workload.trace), shift (rank r sends to rank r + shift) or incast (senders hosts send to "
-                     "receiver at once)", "str",
+                     "receiver at once), or jobs (the scenario's [[jobs]], each its own workload on its own hosts)",
+                     "str",
                      choices=("ring_allreduce", "halving_doubling", "torus2d_allreduce", "allgather", "reducescatter",
-                              "alltoall", "pipeline", "ddp", "parameter_server", "chakra", "simai", "shift", "incast"))
+                              "alltoall", "pipeline", "ddp", "parameter_server", "chakra", "simai", "shift", "incast",
+                              "jobs"))
     trace: str = spec("", "chakra: a folder of <name>.<rank>.et files; simai: a SimAI/ASTRA-sim text workload "
                       "(relative to the project root)", "str")
     comm_groups: str = spec("", "chakra: ASTRA-sim's communicator-group configuration, a JSON object from each "
@@ -292,6 +298,8 @@ class RunSpec:
                                      "quantum), and how far from the rate a link may drain over all its "
                                      "backlogged time", "float", 0.0, 1.0)
     report: bool = spec(True, "analysis: draw the plots and write report.md and report.html", "bool")
+    measure_alone: bool = spec(True, "jobs: before the jobs run together, run each alone on the same fabric, so "
+                               "that summary.jobs.<name>.slowdown compares the two in the same invocation", "bool")
 
 
 @dataclass(frozen=True)
@@ -333,6 +341,18 @@ class PolicyChangeSpec:
     value: Any = spec(None, "its new value (as in [[classes]])", "any")
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """One of several jobs sharing the fabric: its own workload on its own hosts, for a tenant."""
+    name: str = spec("", "the job's name (summary.jobs.<name>; letters, digits, - and _)", "str")
+    tenant: str = spec("", "the tenant it runs for (default: a tenant of its own, named as the job); a tenant's "
+                       "jobs share one traffic class", "str")
+    hosts: tuple = spec((), "its hosts, by name, in rank order", "str_list")
+    host_count: int = spec(0, "or this many hosts: the next ones in fabric order after the earlier jobs'", "int",
+                           0, 4096)
+    workload: WorkloadSpec = WorkloadSpec()
+
+
 POLICY_FIELDS = ("ecn", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax", "pfc", "xoff_bytes", "xon_bytes",
                  "headroom_bytes")
 
@@ -355,6 +375,10 @@ class Scenario:
     expect: tuple[ExpectSpec, ...] = ()
     # this scenario's own run-to-run spread of a tracked metric, where it is wider than the default
     tolerance: tuple[ToleranceSpec, ...] = ()
+    jobs: tuple[JobSpec, ...] = ()
+
+    def job_of(self, host: str) -> JobSpec | None:
+        return next((j for j in self.jobs if host in j.hosts), None)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -372,7 +396,10 @@ class Scenario:
                    faults=tuple(build(FaultSpec, f) for f in d["faults"]),
                    policy_changes=tuple(build(PolicyChangeSpec, p) for p in d.get("policy_changes", ())),
                    expect=tuple(build(ExpectSpec, e) for e in d.get("expect", ())),
-                   tolerance=tuple(build(ToleranceSpec, t) for t in d.get("tolerance", ())))
+                   tolerance=tuple(build(ToleranceSpec, t) for t in d.get("tolerance", ())),
+                   jobs=tuple(JobSpec(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in j.items()},
+                                         "workload": build(WorkloadSpec, j["workload"])})
+                              for j in d.get("jobs", ())))
 
     def with_class_change(self, class_name: str, field_name: str, value: Any) -> "Scenario":
         classes = tuple(dataclasses.replace(c, **{field_name: value}) if c.name == class_name else c
@@ -383,7 +410,7 @@ class Scenario:
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
             "transport": TransportSpec, "dcqcn": DcqcnSpec, "qos": QosSpec, "run": RunSpec}
 TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", "expect", "tolerance",
-             *SECTIONS}
+             "jobs", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
 

@@ -32,6 +32,8 @@ class Message:
     # Which occurrence of that group a message belongs to, when a step runs it many times (a
     # per-layer TP or EP collective); -1: the group occurs once per iteration.
     instance: int = -1
+    # Which of the scenario's [[jobs]] it belongs to ("" without jobs).
+    job: str = ""
 
 
 def chunk_sizes(total_bytes: int, n: int) -> list[int]:

@@ -143,10 +143,35 @@ def ps_parties(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[str]]:
     return workers, ranks[len(workers):len(workers) + w.ps_servers]
 
 
+def job_fabric(fabric: Fabric, job) -> Fabric:
+    """The fabric as one of the scenario's jobs sees it: every switch and link, only its hosts."""
+    return dataclasses.replace(fabric, hosts=tuple(fabric.host_by_name[h] for h in job.hosts))
+
+
+def job_scenario(sc: Scenario, job) -> Scenario:
+    """A job as a scenario of its own: the fabric, its workload, no other job."""
+    return dataclasses.replace(sc, workload=job.workload, jobs=())
+
+
+def jobs_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Message]]:
+    """Every job's ranks and messages, planned as if it ran alone on its hosts, in one DAG: the
+    jobs depend on nothing of each other's, and each message says whose it is."""
+    ranks: list[str] = []
+    msgs: list[Message] = []
+    for job in sc.jobs:
+        r, ms = build_messages(job_scenario(sc, job), job_fabric(fabric, job))
+        off = len(msgs)
+        ranks += r
+        msgs += [dataclasses.replace(m, id=m.id + off, deps=tuple(d + off for d in m.deps), job=job.name) for m in ms]
+    return ranks, msgs
+
+
 def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Message]]:
     """Ranks (the collective's hosts, in order) and every message: the collective's, then any
     background bulk and victim traffic."""
     w = sc.workload
+    if w.type == "jobs":
+        return jobs_messages(sc, fabric)
     if w.type == "ring_allreduce":
         ranks = placed_ranks(sc, fabric)
         msgs = ring_allreduce(ranks, w.bytes_per_rank, w.iterations)
@@ -211,7 +236,10 @@ def message_flows(messages: list[Message], channels: int = 1) -> tuple[list[tupl
 
 
 def flow_marking(sc: Scenario, fabric: Fabric, src: str, tag: str) -> tuple[int, bool]:
-    """(DSCP, ECT) of a flow's data packets."""
+    """(DSCP, ECT) of a flow's data packets: its job's, with [[jobs]]."""
+    if sc.jobs:
+        job = sc.job_of(src)
+        return flow_marking(job_scenario(sc, job), job_fabric(fabric, job), src, tag)
     w = sc.workload
     if tag == "bulk":
         return w.bulk_dscp, w.ect

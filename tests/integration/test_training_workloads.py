@@ -150,3 +150,35 @@ def test_ddp_hides_the_allreduce_behind_the_backward_and_without_overlap_does_no
     assert exposed_off >= comm_s * 0.99 and exposed_on >= (comm_s - hidable_s) * 0.99, (exposed_on, exposed_off)
     assert exposed_on < exposed_off and on["collective"]["mean_time_s"] < off["collective"]["mean_time_s"]
     assert on["training"]["hosts_computing"] == off["training"]["hosts_computing"] == n
+
+
+@pytest.mark.parametrize("isolation", [True, False])
+def test_tenants_reach_only_their_own_tenant_and_removing_isolation_is_caught(tmp_path, isolation):
+    # two tenants' jobs interleaved on the k=4 fat-tree; the probes before the traffic cross from
+    # each tenant's first host to the other's, and to its own second host (the live control). The
+    # sabotage (controller.tenant_isolation = false) must fail the run on its own expectation.
+    sets = ["--set", "run.measure_alone=false"] + ([] if isolation else ["--set", "controller.tenant_isolation=false"])
+    out = run_testbed(tmp_path, "run", "two-jobs-fattree", *sets)
+    run_dir = run_dirs(tmp_path)[-1]
+    s = summary_of(run_dir)
+    iso = s["isolation"]
+    assert iso["same_tenant_sent"] == iso["same_tenant_delivered"] == 16 and iso["cross_tenant_sent"] == 16
+    if not isolation:
+        assert out.returncode == 1 and s["status"] == "regressed", out.stdout
+        assert iso["cross_tenant_delivered"] == 16 and iso["mechanism"].startswith("off")
+        (e,) = [e for e in s["expectations"] if e["metric"] == "isolation.cross_tenant_delivered"]
+        assert e["ok"] is False
+        return
+    assert_ran(out)
+    assert iso["cross_tenant_delivered"] == 0 and s["mechanisms"]["tenant_isolation"].startswith("802.1Q VLAN")
+    assert s["packets"]["lost"] == 0 and s["packets"]["unaccounted"] == 0
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    assert msgs["complete"].all() and set(msgs["job"]) == {"train", "storage"}
+    for name, job in s["jobs"].items():   # each job's traffic stays on its own hosts, every iteration done
+        mine = msgs[msgs["job"] == name]
+        assert set(mine["src"]) | set(mine["dst"]) <= set(job["hosts"])
+        c = job["collective"]
+        assert c["iterations_complete"] == c["iterations"] and all(t > 0 for t in c["time_s"])
+        assert job["slowdown"] is None and job["alone_mean_time_s"] is None   # not run alone here
+    (e,) = [e for e in s["expectations"] if e["metric"] == "jobs.train.slowdown"]
+    assert e["ok"] is None and "not run alone" in e["why"]

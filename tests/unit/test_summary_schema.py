@@ -19,7 +19,8 @@ def a_summary() -> Summary:
                         machine_steal_fraction=None, cores_used={"engine": 0.4}, cpus=2, links={},
                         machine_cpu_idle_fraction=0.5, valid=True)
     return Summary(summary_version=SUMMARY_VERSION, run_id="r", scenario="s", status="ok", problems=[],
-                   mechanisms={}, timings_s={}, collective={}, training=None, latency_us={}, nic_queueing={}, goodput={},
+                   mechanisms={}, timings_s={}, collective={}, training=None, jobs=None, isolation=None, latency_us={},
+                   nic_queueing={}, goodput={},
                    packets=packets, fidelity=fidelity, faults=[], qos=None, latency_by_dscp_us={}, background=[],
                    switch_tx_packets={}, transport={}, time_dilation=None, latency_by_class_us={}, fct_slowdown=None,
                    links={}, git_commit=None, expectations=[])

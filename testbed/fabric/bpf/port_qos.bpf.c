@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+
+#define VLAN_HLEN 4   /* an 802.1Q tag (linux/if_vlan.h is not a UAPI header) */
 #define ROCE_UDP_PORT 4791
 
 #define MAX_QUEUES 16384
@@ -154,16 +156,31 @@ static __always_inline __u32 lookup_u64(void *map, __u32 key, __u32 dflt)
 /* Class of a frame and its IPv4 header's first 16-bit word (version/IHL and TOS; -1 when not
  * IPv4). Read with bpf_skb_load_bytes: frames a packet socket sends are linear only up to a page,
  * so a 4 KB RoCE frame's IP header is not in the linear head that direct access sees. */
-static __always_inline __u32 classify(struct __sk_buff *skb, int *word, int *mac_control)
+/* Where a frame's network header starts, and its EtherType: a tenant's frames cross the switches
+ * with an 802.1Q tag inline (the controller pushes it at the edge and pops it toward the host;
+ * controllers/rules.py), which a receiving veth moves out of the data before tc sees it. */
+static __always_inline int l3_offset(struct __sk_buff *skb, __u16 *proto)
+{
+	*proto = 0;
+	bpf_skb_load_bytes(skb, 12, proto, 2);
+	if (*proto == bpf_htons(ETH_P_8021Q)) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 2, proto, 2))
+			*proto = 0;
+		return ETH_HLEN + VLAN_HLEN;
+	}
+	return ETH_HLEN;
+}
+
+static __always_inline __u32 classify(struct __sk_buff *skb, int *word, int *mac_control, int *l3)
 {
 	__u16 proto = 0;
 	__u8 vt[2];
 	__u32 key = NON_IP_KEY;
 
 	*word = -1;
-	bpf_skb_load_bytes(skb, 12, &proto, 2);
+	*l3 = l3_offset(skb, &proto);
 	*mac_control = proto == bpf_htons(ETH_P_PAUSE);
-	if (proto == bpf_htons(ETH_P_IP) && bpf_skb_load_bytes(skb, ETH_HLEN, vt, 2) == 0) {
+	if (proto == bpf_htons(ETH_P_IP) && bpf_skb_load_bytes(skb, *l3, vt, 2) == 0) {
 		*word = (vt[0] << 8) | vt[1];
 		key = vt[1] >> 2;
 	}
@@ -177,14 +194,16 @@ static __always_inline __u32 classify(struct __sk_buff *skb, int *word, int *mac
 
 /* Set CE in the IPv4 header at ETH_HLEN, fixing the header checksum (RFC 1624). Done by hand:
  * bpf_skb_ecn_set_ce trusts skb's network header, which a packet socket's frames do not set. */
-static __always_inline int set_ce(struct __sk_buff *skb, int word)
+static __always_inline int set_ce(struct __sk_buff *skb, int word, int l3)
 {
 	__u16 old = bpf_htons(word), new = bpf_htons(word | 3);
 	__u8 tos = (word | 3) & 0xff;
 
-	if (bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check), old, new, 2))
+	if (l3 != ETH_HLEN && l3 != ETH_HLEN + VLAN_HLEN)
 		return 0;
-	return bpf_skb_store_bytes(skb, ETH_HLEN + 1, &tos, 1, 0) == 0;
+	if (bpf_l3_csum_replace(skb, l3 + offsetof(struct iphdr, check), old, new, 2))
+		return 0;
+	return bpf_skb_store_bytes(skb, l3 + 1, &tos, 1, 0) == 0;
 }
 
 /* A PFC frame (MAC control, 0x8808) the switch agent sends into a port it resumes ends here, as
@@ -193,9 +212,9 @@ static __always_inline int set_ce(struct __sk_buff *skb, int word)
 SEC("tc")
 int host_enqueue(struct __sk_buff *skb)
 {
-	int word, mac_control;
+	int word, mac_control, l3;
 
-	classify(skb, &word, &mac_control);
+	classify(skb, &word, &mac_control, &l3);
 	return mac_control ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
@@ -205,14 +224,16 @@ static __always_inline int untag(struct __sk_buff *skb)
 {
 	__u8 src[6];
 	__u32 saddr;
+	__u16 proto;
 
 	if (bpf_skb_load_bytes(skb, ETH_ALEN, src, 6) || src[0] != TAG_MAC0 || src[1] != TAG_MAC1)
 		return -1;
+	int l3 = l3_offset(skb, &proto);
 	__u32 slot = (src[2] << 8) | src[3];
 	__u32 cls = lookup_u64(&dscp_class, src[5] & 0x3f, 0);
 	if (slot >= MAX_QUEUES / MAX_CLASSES || cls >= MAX_CLASSES)
 		return -1;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, saddr), &saddr, 4) == 0) {
+	if (bpf_skb_load_bytes(skb, l3 + offsetof(struct iphdr, saddr), &saddr, 4) == 0) {
 		__u64 *mac = bpf_map_lookup_elem(&host_mac, &saddr);
 		if (mac)
 			bpf_skb_store_bytes(skb, ETH_ALEN, mac, 6, 0);
@@ -234,11 +255,14 @@ static __always_inline void left_switch(int k, __u64 len)
 SEC("tc")
 int port_enqueue(struct __sk_buff *skb)
 {
-	int word, mac_control;
+	int word, mac_control, l3;
 	int k = untag(skb);
-	__u32 cls = classify(skb, &word, &mac_control);
+	__u32 cls = classify(skb, &word, &mac_control, &l3);
 	__u32 ifindex = skb->ifindex;
-	__u64 len = skb->len;
+	/* A tenant's tag is inline here, and out of the data when the frame arrives at the far end
+	 * (the receiving veth moves it into the skb's metadata), where the queue is closed and the
+	 * next switch's ingress opened: every count leaves it out, so both ends count alike. */
+	__u64 len = skb->len - (l3 == ETH_HLEN + VLAN_HLEN ? VLAN_HLEN : 0);
 
 	if (mac_control)
 		return TC_ACT_SHOT;
@@ -278,7 +302,7 @@ int port_enqueue(struct __sk_buff *skb)
 				p = 65536;
 			else
 				p = (__u64)pr->pmax_q16 * (depth - pr->kmin_bytes) / (pr->kmax_bytes - pr->kmin_bytes);
-			if (p && (bpf_get_prandom_u32() & 0xffff) < p && set_ce(skb, word)) {
+			if (p && (bpf_get_prandom_u32() & 0xffff) < p && set_ce(skb, word, l3)) {
 				__sync_fetch_and_add(&st->mark_pkts, 1);
 				__sync_fetch_and_add(&hi->marked[b], 1);
 			}
@@ -333,16 +357,17 @@ SEC("tc")
 int port_dequeue(struct __sk_buff *skb)
 {
 	__u16 proto = 0;
-	int word, mac_control;
+	int word, mac_control, l3;
 	__u32 ifindex = skb->ifindex;
 
 	dequeued(skb);
-	if (bpf_skb_load_bytes(skb, 12, &proto, 2) || proto != bpf_htons(ETH_P_IP))
+	l3_offset(skb, &proto);
+	if (proto != bpf_htons(ETH_P_IP))
 		return TC_ACT_OK;
 	__u32 *slot = bpf_map_lookup_elem(&port_slot, &ifindex);
 	if (!slot)
 		return TC_ACT_OK;
-	__u32 k = *slot * MAX_CLASSES + classify(skb, &word, &mac_control);
+	__u32 k = *slot * MAX_CLASSES + classify(skb, &word, &mac_control, &l3);
 	struct ingress *in = bpf_map_lookup_elem(&ingress, &k);
 	if (!in)
 		return TC_ACT_OK;
