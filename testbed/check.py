@@ -16,7 +16,7 @@ from testbed.fabric import qos
 from testbed.fabric.routing import compute_routes
 from testbed.run import probe
 from testbed.scenario import Scenario, build_fabric
-from testbed.traffic.workload import build_messages, job_fabric, job_scenario
+from testbed.traffic.workload import build_messages, job_fabric, job_scenario, message_latency_s
 
 CHECK_VERSION = 1
 RPS_PROBE = Path("/sys/class/net/lo/queues/rx-0/rps_cpus")
@@ -51,7 +51,8 @@ def describe(sc: Scenario) -> dict:
         js = job_scenario(sc, job) if job else sc
         jranks = build_messages(js, job_fabric(fabric, job))[0] if job else ranks
         bounds[job.name if job else ""] = planned_bound(js.workload.type, len(jranks), js.workload.bytes_per_rank,
-                                                        bw_bps, [m for m in first if not job or m.job == job.name])
+                                                        bw_bps, [m for m in first if not job or m.job == job.name],
+                                                        message_latency_s(sc.fabric, fabric))
     bound, formula, terms = next(iter(bounds.values()))
     transfers = [m for m in messages if m.op != "compute"]
     by_tag = Counter(m.tag for m in transfers)

@@ -31,7 +31,7 @@ def print_summary(s: dict, run_dir: Path) -> None:
     print_fidelity(s["fidelity"])
     if s["problems"]:
         console.print(f"[bold red]FAILED[/]: {'; '.join(s['problems'])}")
-    elif not s["fidelity"]["valid"]:
+    elif s["status"] == "inconclusive":
         console.print("[bold yellow]INCONCLUSIVE[/]: nothing failed, but this run is no result: the emulation "
                       "did not run the configured fabric faithfully (exit 4)")
     else:
@@ -58,10 +58,9 @@ def print_fidelity(fid: dict) -> None:
 
 
 def exit_code(summary: dict) -> int:
-    """1 when a check failed, else 4 when the run is no result (not faithful, or not judged), else 0."""
-    if summary["status"] != "ok":
-        return 1
-    return 0 if summary["fidelity"]["valid"] else 4
+    """From the run's one status: 0 ok, 4 inconclusive (no result: not faithful, or not judged), 1
+    any failure."""
+    return {"ok": 0, "inconclusive": 4}.get(summary["status"], 1)
 
 
 class TrafficProgress:
@@ -117,16 +116,42 @@ def measure_alone(sc) -> dict:
     return out
 
 
-def cmd_run(args) -> int:
+def run_and_judge(sc) -> dict:
+    """One emulation of a resolved scenario and its analysis (a calibration's runs)."""
     from testbed.analysis import summary as analysis
+    run_dir = run_with_progress(sc)
+    return analysis.analyze(run_dir)
+
+
+def resolve(sc):
+    """The scenario at its dilation: as set, or auto (calibrating this machine first if needed)."""
+    from testbed.run.calibrate import resolve as resolve_dilation
+    from testbed.run.runner import RESULTS_DIR
+    return resolve_dilation(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"), RESULTS_DIR)
+
+
+def cmd_run(args) -> int:
+    run_dir, summary = _run_and_analyze(args.name, args.set)
+    print_summary(summary, run_dir)
+    return exit_code(summary)
+
+
+def cmd_calibrate(args) -> int:
+    """Measure this machine's faithful rate for the scenario's fabric again (cached for auto)."""
+    from testbed.run.calibrate import auto_factor, calibrate, spare_cores
+    from testbed.run.runner import RESULTS_DIR
     from testbed.scenario import load_scenario
     sc = load_scenario(args.name, args.set)
     if os.geteuid() != 0:
         raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
-    run_dir = run_with_progress(sc)
-    summary = analysis.analyze(run_dir)
-    print_summary(summary, run_dir)
-    return exit_code(summary)
+    cal = calibrate(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"), RESULTS_DIR)
+    console.print(f"{args.name}: {sc.fabric.topology} kept up at {cal['faithful_mbps']:g} Mb/s "
+                  f"({cal['frame_bytes']} B payloads, {cal['spare_cores']:.2f} cores spare); cached in {cal['file']}")
+    if sc.version >= 2:
+        d, how = auto_factor(sc, cal, spare_cores())
+        console.print(f"{args.name}: auto dilation now {d:g} ({sc.fabric.bw_mbps / 1e3:g} Gb/s links emulated at "
+                      f"{sc.fabric.bw_mbps / d:.3g} Mb/s)")
+    return 0
 
 
 def _run_dir(target: str) -> Path:
@@ -156,7 +181,7 @@ def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
     sc = load_scenario(name, sets)
     if os.geteuid() != 0:
         raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
-    run_dir = run_with_progress(sc)
+    run_dir = run_with_progress(resolve(sc))
     return run_dir, analysis.analyze(run_dir)
 
 
@@ -189,7 +214,7 @@ def cmd_baseline(args) -> int:
         run_dir, summary = _run_faithfully(args.name, [])
     if summary["scenario"] != args.name:
         raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {args.name}")
-    if summary["status"] != "ok":
+    if summary["status"] not in ("ok", "inconclusive"):
         raise RunFailed(f"{run_dir} is not a clean run (status {summary['status']}): not stored as a baseline")
     if summary["fidelity"]["verdict"] != "kept_up":
         console.print(f"[bold yellow]inconclusive[/]: {run_dir} could not keep up "
@@ -359,6 +384,11 @@ def main(argv=None) -> int:
     p.add_argument("name")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("calibrate", help="measure the emulated rate this machine carries a scenario's fabric at "
+                                         "faithfully (what run.dilation = \"auto\" divides by); cached")
+    p.add_argument("name")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("analyze", help="(re)analyse a run folder, or a scenario's latest run")
     p.add_argument("run", metavar="RUN_DIR|NAME")
     p.set_defaults(func=cmd_analyze)

@@ -5,6 +5,8 @@ No schedule of the DAG on a fabric of links at rate B can finish sooner than the
 - the busiest NIC's bytes sent over B, and the busiest NIC's bytes received over B (a NIC
   serialises what it sends and what it receives);
 - the busiest host's compute (a host runs its compute steps one at a time).
+With a fabric that has propagation and switch latency, every transfer also takes its path's
+latency (REFERENCE.md's alpha-beta cost: the ring's 2(N-1) steps each pay it once).
 Payload bytes only: the headers a run adds make it slower, never faster. The host NIC's shaper
 lets two frames out back to back after an idle spell, so a run can beat the bound by up to two
 frame times per transfer on its critical path (REFERENCE.md's cost model has no such burst).
@@ -39,12 +41,15 @@ class DagBound:
         return max(terms, key=terms.get)
 
 
-def duration_s(m: Message, bw_bps: float) -> float:
-    """A step alone: a compute step's duration, a transfer's bytes at the link rate."""
-    return m.duration_ns / 1e9 if m.op == "compute" else m.bytes * 8 / bw_bps
+def duration_s(m: Message, bw_bps: float, latency_s=None) -> float:
+    """A step alone: a compute step's duration, a transfer's bytes at the link rate (plus its
+    path's latency, latency_s(message) in seconds, when given)."""
+    if m.op == "compute":
+        return m.duration_ns / 1e9
+    return m.bytes * 8 / bw_bps + (latency_s(m) if latency_s else 0.0)
 
 
-def dag_bound(msgs: list[Message], bw_bps: float) -> DagBound:
+def dag_bound(msgs: list[Message], bw_bps: float, latency_s=None) -> DagBound:
     """The bound of msgs; dependencies on messages outside msgs (an earlier iteration) are
     taken as done at time 0."""
     if bw_bps <= 0:
@@ -54,7 +59,7 @@ def dag_bound(msgs: list[Message], bw_bps: float) -> DagBound:
     done: dict[int, float] = {}
     for i in order:
         m = by_id[i]
-        done[i] = max((done[d] for d in m.deps if d in by_id), default=0.0) + duration_s(m, bw_bps)
+        done[i] = max((done[d] for d in m.deps if d in by_id), default=0.0) + duration_s(m, bw_bps, latency_s)
     tx: dict[str, float] = defaultdict(float)
     rx: dict[str, float] = defaultdict(float)
     compute: dict[str, float] = defaultdict(float)
@@ -76,17 +81,26 @@ DAG_WORKLOADS = ("pipeline", "ddp", "parameter_server")
 
 
 def planned_bound(workload: str, ranks: int, bytes_per_rank: int, bw_bps: float,
-                  first_iteration: list[Message]) -> tuple[float, str, dict | None]:
+                  first_iteration: list[Message], latency_s=None) -> tuple[float, str, dict | None]:
     """A workload's lower bound per iteration at plan time, its formula, and for a DAG its terms:
     the DAG bound for a pipeline; for a trace, which has no closed form, its busiest NIC's bytes at
-    line rate; the collective's analytical cost otherwise. first_iteration: iteration 0's messages."""
+    line rate; the collective's analytical cost otherwise. first_iteration: iteration 0's messages.
+    latency_s(message): its path's latency in seconds, on a fabric that has one; then no bound is
+    below the DAG's critical path with every transfer paying it."""
     if workload in DAG_WORKLOADS:
-        dag = dag_bound(first_iteration, bw_bps)
+        dag = dag_bound(first_iteration, bw_bps, latency_s)
         return dag.bound_s, FORMULA, asdict(dag) | {"binding": dag.binding}
     if workload in ("chakra", "simai"):
         sent: dict[str, int] = defaultdict(int)
         for m in first_iteration:
             if m.op != "compute":
                 sent[m.src] += m.bytes
-        return (max(sent.values()) * 8 / bw_bps if sent else 0.0), TRACE_FORMULA, None
-    return bound_s(workload, ranks, bytes_per_rank, bw_bps), bound_formula(workload), None
+        bound, formula = (max(sent.values()) * 8 / bw_bps if sent else 0.0), TRACE_FORMULA
+    else:
+        bound, formula = bound_s(workload, ranks, bytes_per_rank, bw_bps), bound_formula(workload)
+    if latency_s and first_iteration:
+        path = dag_bound(first_iteration, bw_bps, latency_s).critical_path_s
+        if path > bound:
+            return path, f"critical path with each step's path latency (>= {formula})", {
+                "critical_path_s": path, "bandwidth_s": bound, "binding": "critical_path"}
+    return bound, formula, None

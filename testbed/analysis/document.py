@@ -33,7 +33,8 @@ def blocks(s: dict, drawn: list[str] = ()) -> list[tuple]:
     out: list[tuple] = [("h", 1, f"{s['scenario']}: {s['status'].upper()}")]
     out.append(("p", f"Run {s['run_id']}, commit {s.get('git_commit') or '-'}, datapath "
                      f"{s['mechanisms'].get('datapath', '-')}."))
-    out += _fidelity(s["fidelity"]) + _problems(s) + _expectations(s) + _workload(s) + _packets(s) + _qos(s)
+    out += _fidelity(s["fidelity"]) + _problems(s) + _expectations(s) + _hardware(s) + _workload(s) + _packets(s)
+    out += _qos(s)
     out += _transport(s) + _background(s) + _latency_and_fct(s) + _links(s)
     if drawn:
         captions = dict(PLOTS)
@@ -69,6 +70,43 @@ def _fidelity(fid: dict) -> list[tuple]:
             ("worst sending host: windows within tolerance / idle with work",
              f"{_num(hw.get('share'), '{:.1%}')} / {_num(hw.get('idle_share'), '{:.2%}')}")]
     return [("h", 2, f"Fidelity: {verdict}"), ("table", ("", ""), rows)] + [("p", f"- {n}") for n in fid["notes"]]
+
+
+def _hardware(s: dict) -> list[tuple]:
+    """The run in the hardware fabric's time, each value beside the emulated one it came from."""
+    d = s.get("dilation")
+    if not d:
+        return []
+    hw, emu, m = d["hardware"], d["emulated"], d["metrics"]
+
+    def row(label, key, hw_unit, emu_unit, spec="{:.4g}"):
+        v = m.get(key) or {}
+        a, b = v.get(f"hardware_{hw_unit}"), v.get(f"emulated_{emu_unit}")
+        return None if a is None and b is None else (label, f"{_num(a, spec)} {hw_unit}", f"{_num(b, spec)} {emu_unit}")
+
+    how = {"auto": "auto (calibrated)", "set": "set (run.dilation)", "version1": "1 (a version 1 file)"}.get(
+        d["chosen_by"], d["chosen_by"])
+    rows = [("dilation D", f"{d['factor']:g}", how),
+            ("link rate", f"{hw['link_gbps']:g} Gb/s", f"{emu['link_mbps']:.4g} Mb/s"),
+            ("link delay / switch latency", f"{_num(hw['link_delay_ns'])} / {_num(hw['switch_latency_ns'])} ns",
+             f"{_num(emu['link_delay_ns'] / 1e3)} / {_num(emu['switch_latency_ns'] / 1e3)} us")]
+    rows += [r for r in (
+        row("time per iteration", "iteration_s", "s", "s", "{:.4g}"),
+        row("analytical bound", "bound_s", "s", "s", "{:.4g}"),
+        row("bus bandwidth", "busbw", "gbps", "mbps", "{:.4g}"),
+        row("message FCT p50", "fct_p50", "us", "s"), row("message FCT p99", "fct_p99", "us", "s"),
+        row("one-way latency p50", "one_way_latency_p50", "us", "us"),
+        row("one-way latency p99", "one_way_latency_p99", "us", "us"),
+        row("bottleneck queueing delay p99", "bottleneck_queueing_delay_p99", "us", "us"),
+        row("longest PFC pause", "longest_pause", "us", "ms"), row("PFC paused, all ports", "paused_total", "us", "ms"),
+        row("DCQCN final rate p50", "dcqcn_final_rate_p50", "gbps", "mbps")) if r]
+    e = d.get("emulator_latency") or {}
+    if e.get("per_hop_ns_hardware") is not None:
+        verdict = (f"{_num(e['share'], '{:.1%}')} of the configured {_num(e['configured_per_hop_ns'])} ns "
+                   f"(at most {_num(e['max_share'], '{:.0%}')})" if e["judged"] else "no latency configured: not judged")
+        rows.append(("emulator's own latency a hop", f"{_num(e['per_hop_ns_hardware'])} ns, {verdict}",
+                     f"{_num(e['per_hop_us_emulated'])} us"))
+    return [("h", 2, f"Hardware time (D = {d['factor']:g})"), ("table", ("", "hardware", "emulated"), rows)]
 
 
 def _problems(s: dict) -> list[tuple]:

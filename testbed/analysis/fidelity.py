@@ -23,10 +23,11 @@ def cores_used(inp: RunInputs) -> dict:
 
 
 def judge(inp: RunInputs, acc: LossAccount, packets: dict, host_fid: dict, link_fid: dict, qos: dict | None,
-          transport: dict) -> dict:
-    """The summary's fidelity section: the verdict, its notes, and what it was judged on."""
+          transport: dict, emulator: dict | None = None) -> dict:
+    """The summary's fidelity section: the verdict, its notes, and what it was judged on.
+    emulator: the emulator's own per-hop latency in hardware time (testbed.analysis.hardware)."""
     notes = (_plumbing_notes(acc) + _host_notes(host_fid) + _machine_notes(inp, qos) + _link_notes(link_fid)
-             + _engine_notes(transport, packets))
+             + _engine_notes(transport, packets) + _emulator_notes(emulator))
     if notes:
         verdict = "could_not_keep_up"
     elif not link_fid["busy_links"] and not host_fid["judged_hosts"]:
@@ -55,6 +56,15 @@ def judge(inp: RunInputs, acc: LossAccount, packets: dict, host_fid: dict, link_
                                       if cpu.get("machine_busy_fraction") is not None else None),
         "valid": verdict == "kept_up",
     }
+
+
+def _emulator_notes(emulator: dict | None) -> list[str]:
+    if not emulator or emulator["ok"]:
+        return []
+    return [f"the emulator's own forwarding latency, {emulator['per_hop_ns_hardware']:.0f} ns a hop in hardware time "
+            f"({emulator['per_hop_us_emulated']:.0f} us here / D), is {emulator['share']:.0%} of the configured "
+            f"{emulator['configured_per_hop_ns']:.0f} ns a hop (at most {emulator['max_share']:.0%}): a larger "
+            f"run.dilation shrinks it"]
 
 
 def _plumbing_notes(acc: LossAccount) -> list[str]:

@@ -12,7 +12,7 @@ import pandas as pd
 from testbed.analysis.bounds import planned_bound
 from testbed.scenario import Scenario
 from testbed.scenario.schema import build_fabric
-from testbed.traffic.workload import build_messages, job_fabric, job_scenario
+from testbed.traffic.workload import build_messages, job_fabric, job_scenario, message_latency_s
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def job_views(scenario: dict, msgs: pd.DataFrame, first_iteration) -> dict[str, 
         mine = msgs[msgs["job"] == job.name]
         w = job.workload
         bound, formula, terms = planned_bound(w.type, len(ranks), w.bytes_per_rank, sc.fabric.bw_mbps * 1e6,
-                                              first_iteration(mine))
+                                              first_iteration(mine), message_latency_s(sc.fabric, fabric))
         out[job.name] = JobView(job.name, job.tenant, list(job.hosts), ranks, alone.to_dict(), mine, bound, formula,
                                 terms)
     return out

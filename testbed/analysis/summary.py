@@ -29,6 +29,7 @@ import pandas as pd
 from testbed.analysis import fidelity, losses, tables
 from testbed.analysis import links as link_analysis
 from testbed.analysis.flows import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
+from testbed.analysis.hardware import dilation_section, emulator_latency
 from testbed.analysis.hosts import host_fidelity, nic_queues
 from testbed.analysis.jobs import jobs_section, view_inputs
 from testbed.analysis.parallelism import iteration_split, layer_collectives
@@ -42,11 +43,12 @@ from testbed.runfolder import RunFolder
 from testbed.scenario import DcqcnSpec, Scenario
 from testbed.traffic.collectives import busbw_factor
 from testbed.traffic.packets import HEADER_BYTES
-from testbed.traffic.workload import pipeline_job
+from testbed.traffic.workload import path_links, pipeline_job
+from topologies.model import Fabric
 
-SUMMARY_VERSION = 3   # 2: training (the synchronisation share); 3: jobs
+SUMMARY_VERSION = 4   # 2: training (the synchronisation share); 3: jobs; 4: dilation, status inconclusive
 SCHEMA_PATH = PROJECT_ROOT / "docs" / "summary.schema.json"
-Status = Literal["ok", "failed", "deadlock", "regressed"]
+Status = Literal["ok", "failed", "deadlock", "regressed", "inconclusive"]
 Verdict = Literal["kept_up", "could_not_keep_up", "not_judged"]
 
 
@@ -106,7 +108,9 @@ class Summary:
     summary_version: int = doc("this record's version")
     run_id: str = doc("the run's folder name under results/<scenario>/")
     scenario: str = doc("the scenario's name")
-    status: Status = doc("ok, failed (problems), deadlock (PFC), regressed (an expectation broke)")
+    status: Status = doc("the run's final word: ok; failed (problems), deadlock (PFC) or regressed (an expectation "
+                         "broke), each a failure; or inconclusive (nothing failed, but the emulation did not run "
+                         "the fabric faithfully or too little was busy to judge: no result)")
     problems: list[str] = doc("why the status is not ok")
     mechanisms: dict = doc("what the run used on this machine: datapath, queues, marking, steering")
     timings_s: dict = doc("bring-up and teardown phases")
@@ -130,7 +134,11 @@ class Summary:
     background: list[dict] = doc("traffic outside the collective (bulk, victim) against its time alone")
     switch_tx_packets: dict = doc("packets each switch sent")
     transport: dict = doc("per queue pair: recoveries, CNPs, DCQCN, fairness, the engine's load")
-    time_dilation: dict | None = doc("how far the emulated time runs from the hardware it stands for")
+    time_dilation: dict | None = doc("DCQCN's parameters against the emulated fabric's base RTT")
+    dilation: dict = doc("the run in the hardware fabric's time: factor (D), chosen_by (auto, set, version1), the "
+                         "hardware and emulated rates and latencies, the calibration auto used, the emulator's own "
+                         "per-hop latency against the configured one, and metrics: each headline value in hardware "
+                         "units beside its emulated one (testbed.analysis.hardware)")
     latency_by_class_us: dict = doc("latency per traffic class")
     fct_slowdown: dict | None = doc("message completion times against the ideal")
     links: dict = doc("per switch egress port: utilisation and queue")
@@ -194,7 +202,11 @@ def analyze(run_dir: Path | str) -> dict:
     tr, flows = transport_summary(rf, t.packets, t.messages, inp.plan, engine, t.telemetry, _class_names(t),
                                   fidelity.cores_used(inp), inp.duration_s)
     links, link_fid = link_views(rf, inp, t)
-    fid = fidelity.judge(inp, acc, packets, host_fid, link_fid, qos, tr)
+    fab = Fabric.from_json(json.dumps(inp.fabric))
+    dil = sc.get("dilation") or {}
+    emulator = emulator_latency(t.packets, inp.plan, path_links(fab), float(dil.get("factor", 1.0)),
+                                dil.get("link_delay_ns", 0.0) + dil.get("switch_latency_ns", 0.0))
+    fid = fidelity.judge(inp, acc, packets, host_fid, link_fid, qos, tr, emulator)
     classes = class_of_dscp(sc.get("classes", []))
     write_table(latency_table(t.packets, flows, classes), rf, "latency")
     fct = fct_table(t.messages, t.packets, flows, sc["fabric"]["bw_mbps"] * 1e6)
@@ -230,6 +242,8 @@ def analyze(run_dir: Path | str) -> dict:
         background=background_flows(t.messages, t.tags, sc["fabric"]["bw_mbps"] * 1e6),
         switch_tx_packets=switch_tx_packets(inp.queues_end, inp.fabric), transport=tr,
         time_dilation=time_dilation(tr["dcqcn"], ref_rtt_us, latency["min"]),
+        dilation=dilation_section(sc, collective, latency, tr, qos, emulator,
+                                  flows["final_rate_bps"].tolist() if "final_rate_bps" in flows else []),
         latency_by_class_us=class_latency(t.packets, classes), fct_slowdown=slowdown_summary(fct), links=links,
         git_commit=inp.manifest.get("git_commit"), expectations=[])
     # the scenario's own expectations, on the finished summary; a performance expectation is not
@@ -238,7 +252,7 @@ def analyze(run_dir: Path | str) -> dict:
     broken = [e for e in expectations if e["ok"] is False]
     problems += [f"expectation failed: {e['metric']} {e['op']} {e['expected']} "
                  f"(is {e['actual']}{', ' + e['why'] if e['why'] else ''})" for e in broken]
-    status = status_of(acc.problems, deadlock, tr["messages_with_wrong_bytes"], broken)
+    status = status_of(acc.problems, deadlock, tr["messages_with_wrong_bytes"], broken, fid["valid"])
     summary = dataclasses.replace(summary, status=status, problems=problems, expectations=expectations)
     out = summary.to_json()
     rf.summary.write_text(json.dumps(out, indent=1))
@@ -248,16 +262,19 @@ def analyze(run_dir: Path | str) -> dict:
     return out
 
 
-def status_of(failures, deadlock, wrong_bytes: int, broken: list) -> Status:
+def status_of(failures, deadlock, wrong_bytes: int, broken: list, faithful: bool = True) -> Status:
     """One status, by precedence: a message with the wrong bytes fails the run whatever else; then
-    a PFC deadlock; then any failure the loss account found; then a broken expectation."""
+    a PFC deadlock; then any failure the loss account found; then a broken expectation; then a
+    run that is no result (not faithful, or not judged) is inconclusive, never ok."""
     if wrong_bytes:
         return "failed"
     if deadlock:
         return "deadlock"
     if failures:
         return "failed"
-    return "regressed" if broken else "ok"
+    if broken:
+        return "regressed"
+    return "ok" if faithful else "inconclusive"
 
 
 def collective_section(inp: RunInputs, t: Tables) -> dict:

@@ -26,6 +26,8 @@ from testbed.analysis.qos import pfc_events, telemetry_table
 from testbed.runfolder import RunFolder, read_jsonl
 from testbed.traffic.collectives import Message
 from testbed.traffic.packets import HEADER_BYTES
+from testbed.traffic.workload import message_latency_s
+from topologies.model import Fabric
 
 NO_SINGLE_S = ("pipeline", "ddp", "parameter_server", "chakra", "simai")   # no one collective of S bytes a rank
 SCALED = ("pipeline", "chakra", "simai")   # their bytes and compute scaled by workload.bytes_scale, time_scale
@@ -115,9 +117,11 @@ def build(inp: RunInputs) -> Tables:
         first_job = next(iter(jobs.values()))
         formula, terms = first_job.bound_formula, first_job.bound_terms
     else:
-        first = iteration_messages(msgs, inp.plan, 0) if workload in NO_SINGLE_S else []
+        latency = message_latency_s(sc["fabric"], Fabric.from_json(json.dumps(inp.fabric)))
+        work = msgs if workload in NO_SINGLE_S else msgs[tags.isin(["collective", "compute"])]
+        first = iteration_messages(work, inp.plan, 0) if workload in NO_SINGLE_S or latency else []
         bound, formula, terms = planned_bound(workload, len(inp.manifest["ranks"]), sc["workload"]["bytes_per_rank"],
-                                              sc["fabric"]["bw_mbps"] * 1e6, first)
+                                              sc["fabric"]["bw_mbps"] * 1e6, first, latency)
         iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
     write_table(pkts, rf, "packets", csv=False)
     write_table(msgs, rf, "messages")

@@ -13,7 +13,8 @@ from typing import Any
 
 from testbed.errors import InputError
 from testbed.metrics import DERIVED, TRACKED, tolerance_of
-from testbed.scenario.schema import (DEFAULT_CLASSES, JobSpec, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION, SECTIONS,
+from testbed.scenario.schema import (DEFAULT_CLASSES, READABLE_VERSIONS, Dilation, JobSpec, MAX_CLASSES, POLICY_FIELDS,
+                                     SECTIONS,
                                      TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ExpectSpec, FaultSpec, PolicyChangeSpec,
                                      Scenario, ToleranceSpec, WorkloadSpec, build_fabric)
 from testbed.traffic.workload import grid_width, job_fabric, trace_messages
@@ -32,6 +33,12 @@ def _check_value(where: str, name: str, raw: Any, meta: dict) -> Any:
 
     if kind == "any":
         return raw
+    if kind == "dilation":
+        if raw == "auto":
+            return raw
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 1:
+            fail(f"expected \"auto\" or a number >= 1, got {raw!r}")
+        return float(raw)
     if kind == "bool":
         if not isinstance(raw, bool):
             fail(f"expected true or false, got {raw!r}")
@@ -313,9 +320,11 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     for key in doc:
         if key not in TOP_LEVEL:
             raise InputError(where, key, f"unknown field; expected one of {', '.join(sorted(TOP_LEVEL))}")
-    version = doc.get("scenario_version", SCENARIO_VERSION)
-    if version != SCENARIO_VERSION:
-        raise InputError(where, "scenario_version", f"this testbed reads version {SCENARIO_VERSION}, got {version!r}")
+    # a file without a version predates hardware time: version 1
+    version = doc.get("scenario_version", 1)
+    if version not in READABLE_VERSIONS:
+        raise InputError(where, "scenario_version", f"this testbed reads versions "
+                         f"{', '.join(map(str, READABLE_VERSIONS))}, got {version!r}")
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise InputError(where, "description", "expected a string")
@@ -335,6 +344,7 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
             raise InputError("--set", key, f"unknown field; expected one of "
                              f"{', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
         tables[section][fname] = value
+    _check_version_fields(where, version, tables, overrides)
     built = {}
     for section, cls in SECTIONS.items():
         try:
@@ -363,12 +373,59 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     tolerance = tuple(_check_tolerance(where, i, _build_section(where, f"tolerance[{i}]", ToleranceSpec, t))
                       for i, t in enumerate(tol_doc))
     jobs = _jobs(where, doc.get("jobs", []))
+    built, dilation = _hardware_view(version, built, tables)
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
-                  policy_changes=changes, expect=expect, tolerance=tolerance, jobs=jobs, **built)
+                  policy_changes=changes, expect=expect, tolerance=tolerance, jobs=jobs, version=version,
+                  dilation=dilation, **built)
     if jobs or built["workload"].type == "jobs":
         sc = _resolve_jobs(where, sc)
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     return sc
+
+
+# what each version gives, and the field it must not: version 1 is in emulated Mb/s at D = 1
+_V1_ONLY = {"fabric.bw_mbps": "fabric.bw_gbps", "fabric.uplink_bw_mbps": "fabric.uplink_bw_gbps"}
+_V2_ONLY = ("fabric.bw_gbps", "fabric.uplink_bw_gbps", "run.dilation")
+
+
+def _check_version_fields(where: str, version: int, tables: dict, overrides) -> None:
+    def given(key):
+        section, fname = key.split(".")
+        return isinstance(tables[section], dict) and fname in tables[section]
+
+    def source(key):
+        return "--set" if any(o.split("=", 1)[0].strip() == key for o in overrides) else where
+
+    if version == 1:
+        for key in _V2_ONLY:
+            if given(key) and not (key == "run.dilation" and tables["run"]["dilation"] == 1):
+                raise InputError(source(key), key, "a version 1 file gives emulated rates in Mb/s and runs at "
+                                 "D = 1; hardware rates and dilation need scenario_version = 2 "
+                                 "(docs/dilation.md)")
+    else:
+        for key, instead in _V1_ONLY.items():
+            if given(key):
+                raise InputError(source(key), key, f"a version 2 file describes the hardware fabric: give its "
+                                 f"rate as {instead} (Gb/s); the run divides it by run.dilation")
+
+
+def _hardware_view(version: int, built: dict, tables: dict):
+    """The scenario at D = 1 (every rate and time the hardware's) and its unresolved Dilation:
+    version 2's Gb/s become the Mb/s every planner reads; DCQCN's values are given for the
+    hardware link unless [dcqcn] names another rate. A version 1 file is its own hardware."""
+    f = built["fabric"]
+    if version == 1:
+        run = dataclasses.replace(built["run"], dilation=1.0)
+        return {**built, "run": run}, Dilation(factor=1.0, chosen_by="version1", hw_bw_gbps=f.bw_mbps / 1e3,
+                                               hw_uplink_bw_gbps=f.uplink_bw_mbps / 1e3,
+                                               link_delay_ns=f.link_delay_ns, switch_latency_ns=f.switch_latency_ns)
+    fabric = dataclasses.replace(f, bw_mbps=f.bw_gbps * 1e3, uplink_bw_mbps=f.uplink_bw_gbps * 1e3)
+    dcqcn = built["dcqcn"]
+    if "ref_gbps" not in (tables["dcqcn"] if isinstance(tables["dcqcn"], dict) else {}):
+        dcqcn = dataclasses.replace(dcqcn, ref_gbps=f.bw_gbps)
+    return {**built, "fabric": fabric, "dcqcn": dcqcn}, Dilation(
+        factor=1.0, chosen_by="unresolved", hw_bw_gbps=f.bw_gbps, hw_uplink_bw_gbps=f.uplink_bw_gbps,
+        link_delay_ns=f.link_delay_ns, switch_latency_ns=f.switch_latency_ns)
 
 
 def _resolve_jobs(where: str, sc: Scenario) -> Scenario:

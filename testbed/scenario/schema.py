@@ -12,7 +12,10 @@ from topologies.leafspine import leafspine
 from topologies.model import Fabric
 from topologies.torus import torus
 
-SCENARIO_VERSION = 1
+# 2: the file describes the hardware fabric (rates in Gb/s, every time in hardware time) and runs
+# dilated by run.dilation; 1: rates in emulated Mb/s, read as hardware at D = 1 (docs/dilation.md)
+SCENARIO_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 def spec(default, doc: str, kind: str, lo=None, hi=None, choices=None, length=None):
@@ -32,8 +35,18 @@ class FabricSpec:
     leaves: int = spec(4, "leafspine: leaf switches", "int", 1, 64)
     spines: int = spec(2, "leafspine: spine switches", "int", 1, 32)
     hosts_per_leaf: int = spec(4, "leafspine: hosts per leaf", "int", 1, 64)
-    uplink_bw_mbps: float = spec(0.0, "leafspine: leaf-spine link rate, Mb/s (0: bw_mbps)", "float", 0.0, 10000.0)
-    bw_mbps: float = spec(100.0, "rate of every (host) link, Mb/s", "float", 1.0, 10000.0)
+    uplink_bw_mbps: float = spec(0.0, "version 1, leafspine: leaf-spine link rate, Mb/s (0: bw_mbps)", "float",
+                                 0.0, 10000.0)
+    bw_mbps: float = spec(100.0, "version 1: rate of every (host) link, Mb/s (a run reads it as the emulated "
+                          "rate, hardware rate / run.dilation)", "float", 1.0, 10000.0)
+    bw_gbps: float = spec(100.0, "version 2: the hardware rate of every (host) link, Gb/s; the emulation runs it "
+                          "at bw_gbps / run.dilation", "float", 0.001, 10000.0)
+    uplink_bw_gbps: float = spec(0.0, "version 2, leafspine: the hardware leaf-spine link rate, Gb/s (0: bw_gbps)",
+                                 "float", 0.0, 10000.0)
+    link_delay_ns: float = spec(0.0, "propagation delay of every link, ns of hardware time (emulated dilated, at "
+                                "the receiving NIC, per path: docs/dilation.md)", "float", 0.0, 1e9)
+    switch_latency_ns: float = spec(0.0, "forwarding latency of every switch, ns of hardware time (emulated like "
+                                    "link_delay_ns)", "float", 0.0, 1e9)
     mtu_bytes: int = spec(9000, "MTU of every veth, bytes", "int", 1500, 9000)
     queue_limit_bytes: int = spec(262144, "default buffer of each class of every egress port, bytes", "bytes", 4096, 64 << 20)
     htb_burst_bytes: int = spec(61440, "HTB burst and cburst of every shaped switch port, bytes: larger bursts "
@@ -282,9 +295,15 @@ MAX_CLASSES = 8
 @dataclass(frozen=True)
 class RunSpec:
     seed: int = spec(1, "random seed", "int", 0, 2**31 - 1)
-    time_limit_s: float = spec(120.0, "traffic phase time limit, s", "float", 1.0, 3600.0)
+    dilation: Any = spec("auto", "version 2: time dilation factor D >= 1 (every link runs at its hardware rate / D, "
+                         "every hardware time x D), or \"auto\": the smallest D at which this machine keeps up, "
+                         "from its calibration (testbed calibrate), the scenario's demand and the spare CPU; "
+                         "version 1 files run at 1", "dilation")
+    time_limit_s: float = spec(120.0, "traffic phase time limit, s of wall-clock time (a guard, not dilated)",
+                               "float", 1.0, 3600.0)
     routes_ready_timeout_s: float = spec(60.0, "wait for the controller's routes, s", "float", 1.0, 600.0)
-    stall_timeout_s: float = spec(3.0, "end the traffic phase after this long without progress, s",
+    stall_timeout_s: float = spec(3.0, "end the traffic phase after this long without progress, s of wall-clock "
+                                  "time (a run raises it to twice the dilated transport.rto_ms)",
                                   "float", 0.1, 600.0)
     capture: bool = spec(False, "capture every traffic host's packets (tcpdump in its namespace) to "
                          "pcap/<host>.pcap under the run's folder", "bool")
@@ -304,7 +323,7 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class FaultSpec:
-    at_s: float = spec(0.0, "when, seconds after traffic starts", "float", 0.0, 3600.0)
+    at_s: float = spec(0.0, "when, seconds of hardware time after traffic starts", "float", 0.0, 3600.0)
     action: str = spec("link_down", "what happens: link_down/link_up (field link), switch_down/switch_up "
                        "(field switch: all its links), controller_kill (SIGKILL, as a crash)", "str",
                        choices=("link_down", "link_up", "switch_down", "switch_up", "controller_kill"))
@@ -334,8 +353,8 @@ class ToleranceSpec:
 
 @dataclass(frozen=True)
 class PolicyChangeSpec:
-    at_s: float = spec(0.0, "when the controller changes the policy, seconds after traffic starts", "float",
-                       0.0, 3600.0)
+    at_s: float = spec(0.0, "when the controller changes the policy, seconds of hardware time after traffic "
+                       "starts", "float", 0.0, 3600.0)
     class_name: str = spec("", "the class whose setting changes", "str")
     field: str = spec("", "the [[classes]] field to change (e.g. ecn, ecn_kmin_bytes, pfc, xoff_bytes)", "str")
     value: Any = spec(None, "its new value (as in [[classes]])", "any")
@@ -358,6 +377,20 @@ POLICY_FIELDS = ("ecn", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax", "pfc", "
 
 
 @dataclass(frozen=True)
+class Dilation:
+    """How a run's emulated fabric stands for the hardware one: every hardware rate / factor, every
+    hardware time x factor (testbed.scenario.dilation.dilate). A scenario as loaded is its hardware
+    view at factor 1, chosen_by "unresolved" until a run picks D."""
+    factor: float = 1.0
+    chosen_by: str = "unresolved"   # set (run.dilation), auto (calibration), version1 (always 1)
+    hw_bw_gbps: float = 0.0
+    hw_uplink_bw_gbps: float = 0.0
+    link_delay_ns: float = 0.0      # hardware time
+    switch_latency_ns: float = 0.0  # hardware time
+    calibration: dict | None = None  # auto: the calibration and the demand it was weighed against
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     path: str
@@ -376,6 +409,8 @@ class Scenario:
     # this scenario's own run-to-run spread of a tracked metric, where it is wider than the default
     tolerance: tuple[ToleranceSpec, ...] = ()
     jobs: tuple[JobSpec, ...] = ()
+    version: int = SCENARIO_VERSION
+    dilation: Dilation = Dilation()
 
     def job_of(self, host: str) -> JobSpec | None:
         return next((j for j in self.jobs if host in j.hosts), None)
@@ -399,7 +434,8 @@ class Scenario:
                    tolerance=tuple(build(ToleranceSpec, t) for t in d.get("tolerance", ())),
                    jobs=tuple(JobSpec(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in j.items()},
                                          "workload": build(WorkloadSpec, j["workload"])})
-                              for j in d.get("jobs", ())))
+                              for j in d.get("jobs", ())),
+                   version=d.get("version", 1), dilation=Dilation(**d.get("dilation", {})))
 
     def with_class_change(self, class_name: str, field_name: str, value: Any) -> "Scenario":
         classes = tuple(dataclasses.replace(c, **{field_name: value}) if c.name == class_name else c
@@ -412,7 +448,7 @@ SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": Work
 TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", "expect", "tolerance",
              "jobs", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
-                   "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps"}}
+                   "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps", "uplink_bw_gbps"}}
 
 
 def build_fabric(f: FabricSpec) -> Fabric:

@@ -177,6 +177,8 @@ class Engine:
         a["flow_src"] = np.array([host_ix[f.src] for f in flows], np.int32)
         a["flow_dst"] = np.array([host_ix[f.dst] for f in flows], np.int32)
         a["flow_cls"] = np.array([f.cls for f in flows], np.int32)
+        a["flow_delay_ns"] = np.array([f.delay_ns for f in flows], np.int64)
+        self.delayed = bool(a["flow_delay_ns"].any())
         a.update(flow_frames(flows, specs, transport["ack_dscp"]))
         self.dcqcn = [dcqcn_params(plan.dcqcn, specs[f.src].bw_bps) for f in flows] if self.cc else []
         dc = (nic.DcqcnParams * max(nf, 1))()
@@ -216,7 +218,8 @@ class Engine:
             flow_cnp=_ptr(a["flow_cnp"], C.c_ubyte), flow_dcqcn=dc,
             msg_flow=_ptr(a["msg_flow"], C.c_int32), msg_bytes=_ptr(a["msg_bytes"], C.c_int64),
             msg_duration_ns=_ptr(a["msg_duration_ns"], C.c_int64), msg_waiting=_ptr(a["msg_waiting"], C.c_int32),
-            dep_ptr=_ptr(a["dep_ptr"], C.c_int32), dep_idx=_ptr(a["dep_idx"], C.c_int32))
+            dep_ptr=_ptr(a["dep_ptr"], C.c_int32), dep_idx=_ptr(a["dep_idx"], C.c_int32),
+            flow_delay_ns=_ptr(a["flow_delay_ns"], C.c_int64) if self.delayed else None)
         self.result = nic.Result(**{k: _ptr(a[k], C.c_int64) for k in (
             "release_ns", "first_tx_ns", "last_tx_ns", "complete_ns", "acked_ns", "sent_packets", "recv_packets",
             "recv_bytes", "host_stats", "flow_stats")}, flow_rate=_ptr(a["flow_rate"], C.c_double))
@@ -258,6 +261,7 @@ class Engine:
             "involuntary_switches": cpu1.ru_nivcsw - cpu0.ru_nivcsw,
             "voluntary_switches": cpu1.ru_nvcsw - cpu0.ru_nvcsw,
             "tx_records": r.tx_records, "rx_records": r.rx_records, "untimed_departures": r.untimed_departures,
+            "delayed_frames": r.delayed_frames, "delayed_max": r.delayed_max,
             "nic_lead_ns": plan.nic_lead_ns, "nice": os.getpriority(os.PRIO_PROCESS, 0),
             "engine_batch_us": plan.transport["engine_batch_us"], "transport": plan.transport, "hosts": hosts,
             "flows": flows,

@@ -34,6 +34,8 @@ class FlowSpec(ClassKeyed):
     dscp: int
     ect: bool
     cls: int             # the traffic class its DSCP maps to ("class" in JSON)
+    delay_ns: int = 0    # its path's propagation and switch latency, dilated: the receiving NIC acts on
+                         # each frame (data at dst, ACK/NAK/CNP back at src) that long after it arrived
 
 
 @dataclass(frozen=True)

@@ -256,9 +256,12 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
     used = {h for f in flows for h in f[:2]}  # hosts with only compute need no socket
     cls = qos.class_of_dscp(sc)
     flow_specs = []
+    links = path_links(fabric) if sc.fabric.link_delay_ns or sc.fabric.switch_latency_ns else None
     for i, (s, d, tag, ch) in enumerate(flows):
         dscp, ect = flow_marking(sc, fabric, s, tag)
-        flow_specs.append(FlowSpec(id=i, src=s, dst=d, tag=tag, channel=ch, dscp=dscp, ect=ect, cls=cls[dscp]))
+        delay = path_latency_ns(links(s, d), sc.fabric.link_delay_ns, sc.fabric.switch_latency_ns) if links else 0
+        flow_specs.append(FlowSpec(id=i, src=s, dst=d, tag=tag, channel=ch, dscp=dscp, ect=ect, cls=cls[dscp],
+                                   delay_ns=delay))
     return EnginePlan(
         out_dir=out_dir, payload_bytes=sc.workload.payload_bytes, time_limit_s=sc.run.time_limit_s,
         stall_timeout_s=sc.run.stall_timeout_s, nic_lead_ns=nic_lead_ns(sc),
@@ -268,6 +271,33 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
         flows=tuple(flow_specs),
         messages=tuple(MessageSpec(id=m.id, flow=f, bytes=m.bytes, deps=tuple(m.deps), duration_ns=m.duration_ns)
                        for m, f in zip(messages, msg_flow)))
+
+
+def path_links(fabric: Fabric):
+    """links(src host, dst host): the links on a shortest path between them. Every routing here
+    takes minimal paths on the fabrics it is offered (dimension order, d-mod-k and ECMP among
+    equal-cost ones); a rerouted path after a failure keeps the latency of the minimal one."""
+    import networkx as nx  # noqa: PLC0415
+    g = fabric.switch_graph()
+    hop = {s.name: nx.single_source_shortest_path_length(g, s.name) for s in fabric.switches}
+    at = {h.name: h.switch for h in fabric.hosts}
+    return lambda src, dst: hop[at[src]][at[dst]] + 2
+
+
+def path_latency_ns(links: int, link_delay_ns: float, switch_latency_ns: float) -> int:
+    """One direction of a path of `links` links (so links - 1 switches)."""
+    return int(round(links * link_delay_ns + max(0, links - 1) * switch_latency_ns))
+
+
+def message_latency_s(fabric_spec, fabric: Fabric):
+    """latency_s(message) for the bounds: its path's latency at the rates of fabric_spec (a
+    FabricSpec or its dict), or None on a fabric without latency."""
+    get = fabric_spec.get if isinstance(fabric_spec, dict) else lambda k, d=0.0: getattr(fabric_spec, k, d)
+    link, switch = get("link_delay_ns", 0.0), get("switch_latency_ns", 0.0)
+    if not link and not switch:
+        return None
+    links = path_links(fabric)
+    return lambda m: path_latency_ns(links(m.src, m.dst), link, switch) / 1e9
 
 
 def nic_lead_ns(sc: Scenario) -> int:

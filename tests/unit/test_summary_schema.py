@@ -22,7 +22,8 @@ def a_summary() -> Summary:
                    mechanisms={}, timings_s={}, collective={}, training=None, jobs=None, isolation=None, latency_us={},
                    nic_queueing={}, goodput={},
                    packets=packets, fidelity=fidelity, faults=[], qos=None, latency_by_dscp_us={}, background=[],
-                   switch_tx_packets={}, transport={}, time_dilation=None, latency_by_class_us={}, fct_slowdown=None,
+                   switch_tx_packets={}, transport={}, time_dilation=None, dilation={}, latency_by_class_us={},
+                   fct_slowdown=None,
                    links={}, git_commit=None, expectations=[])
 
 
@@ -42,7 +43,7 @@ def test_a_summary_passes_and_survives_a_round_trip():
     lambda d: d["packets"].pop("unaccounted"),
     lambda d: d["fidelity"].update(kept_up=True),
     lambda d: d["packets"].update(lost=1.5),
-    lambda d: d.update(status="inconclusive"),
+    lambda d: d.update(status="valid"),
     lambda d: d["fidelity"].update(verdict="valid"),
 ])
 def test_a_summary_that_breaks_the_contract_fails(break_it):

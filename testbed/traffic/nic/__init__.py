@@ -78,7 +78,7 @@ class Plan(C.Structure):
                 ("flow_prefix", P(C.c_ubyte)), ("flow_ack", P(C.c_ubyte)), ("flow_cnp", P(C.c_ubyte)),
                 ("flow_dcqcn", P(DcqcnParams)),
                 ("msg_flow", P(i32)), ("msg_bytes", P(i64)), ("msg_duration_ns", P(i64)), ("msg_waiting", P(i32)),
-                ("dep_ptr", P(i32)), ("dep_idx", P(i32))]
+                ("dep_ptr", P(i32)), ("dep_idx", P(i32)), ("flow_delay_ns", P(i64))]
 
 
 class Result(C.Structure):
@@ -89,7 +89,8 @@ class Result(C.Structure):
                 ("error", C.c_char * 256),
                 ("release_ns", P(i64)), ("first_tx_ns", P(i64)), ("last_tx_ns", P(i64)), ("complete_ns", P(i64)),
                 ("acked_ns", P(i64)), ("sent_packets", P(i64)), ("recv_packets", P(i64)), ("recv_bytes", P(i64)),
-                ("host_stats", P(i64)), ("flow_stats", P(i64)), ("flow_rate", P(f64))]
+                ("host_stats", P(i64)), ("flow_stats", P(i64)), ("flow_rate", P(f64)),
+                ("delayed_frames", i64), ("delayed_max", i64)]
 
 
 _lib = None

@@ -457,6 +457,10 @@ typedef struct {
     const int64_t *msg_bytes, *msg_duration_ns;
     const int32_t *msg_waiting;         /* dependencies not yet complete */
     const int32_t *dep_ptr, *dep_idx;   /* CSR: the messages that wait for each message */
+    /* per flow: the path's propagation and switch latency, dilated (0: none); a frame of the flow
+     * (data at its receiver, ACK, NAK or CNP back at its sender) is acted on that long after the
+     * kernel received it */
+    const int64_t *flow_delay_ns;
 } nic_plan;
 
 #define ACK_LEN 62
@@ -481,6 +485,8 @@ typedef struct {
      * and its final rate and alpha */
     int64_t *flow_stats;
     double *flow_rate;
+    /* the delay line: frames that waited in it, and the most waiting at once */
+    int64_t delayed_frames, delayed_max;
 } nic_result;
 
 enum { HS_TX, HS_RX, HS_ACKS_TX, HS_ACKS_RX, HS_CNPS_TX, HS_CNPS_RX, HS_STRAY, HS_ICRC, HS_NIC_FULL,
@@ -603,7 +609,18 @@ typedef struct {
     int64_t net_bytes_done, net_bytes_total;   /* payload of network messages: done, planned */
     int32_t *cc_running;
     int n_cc_running;
+    /* the delay line: frames received, held until their path's latency has passed (a min-heap by
+     * due time; paths differ in length, so arrival order is not due order) */
+    struct delayed *dl;
+    int n_dl, cap_dl;
+    int64_t delayed_total, delayed_max;
 } engine;
+
+/* A received frame in the delay line: what the handlers read of it (headers and the payload
+ * stamp; an ACK or CNP whole), its length on the wire and its due time, which becomes its
+ * arrival time. With ICRC checking, the check ran when it entered. */
+#define DL_SNAP 80
+struct delayed { int64_t due; int32_t hi, len; unsigned char b[DL_SNAP]; };
 
 static void heap_push(engine *E, int64_t t, int32_t m) {
     int i = E->n_heap++;
@@ -1039,7 +1056,7 @@ static void on_cnp(engine *E, host_t *h, int hi, const unsigned char *b, int64_t
     (void)h;
 }
 
-static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64_t rx, int64_t now) {
+static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64_t rx, int64_t now, int checked) {
     const nic_plan *P = E->P;
     int opcode = b[BTH_OFF];
     uint32_t magic = get32(b + PAYLOAD_OFF), flow = get32(b + PAYLOAD_OFF + 4);
@@ -1051,7 +1068,7 @@ static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64
         E->R->host_stats[hi * HS_N + HS_STRAY]++;
         return;
     }
-    if (P->verify_icrc && !icrc_ok(b, n)) {
+    if (P->verify_icrc && !checked && !icrc_ok(b, n)) {
         E->R->host_stats[hi * HS_N + HS_ICRC]++;   /* a RoCE NIC drops it silently; go-back-N recovers */
         return;
     }
@@ -1098,6 +1115,85 @@ static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64
  * takes no system call. */
 static int serve_kicks(engine *E);
 
+static void dispatch(engine *E, host_t *h, int hi, unsigned char *b, int len, int64_t rx, int64_t now,
+                     int checked) {
+    int op = b[BTH_OFF];
+    if (op == OP_ACK && len >= ACK_LEN) on_ack(E, h, hi, b, now);
+    else if (op == OP_CNP) on_cnp(E, h, hi, b, now);
+    else on_data(E, h, hi, b, len, rx, now, checked);
+}
+
+/* The path latency a received frame still owes: its flow's (data carries the flow in its stamp,
+ * ACKs, NAKs and CNPs in their QPN); 0 for a frame no flow claims (the handlers count it). */
+static int64_t frame_delay(engine *E, const unsigned char *b, int len, int hi) {
+    const nic_plan *P = E->P;
+    if (!P->flow_delay_ns) return 0;
+    int op = b[BTH_OFF];
+    int64_t flow;
+    if (op == OP_ACK || op == OP_CNP) {
+        flow = (int64_t)(get32(b + BTH_OFF + 4) & 0xFFFFFF) - QPN_BASE;
+        if (flow < 0 || flow >= P->n_flows || P->flow_src[flow] != hi) return 0;
+    } else {
+        if (len < HDR_LEN) return 0;
+        flow = get32(b + PAYLOAD_OFF + 4);
+        if (flow >= P->n_flows || P->flow_dst[flow] != hi) return 0;
+    }
+    return P->flow_delay_ns[flow];
+}
+
+static void dl_push(engine *E, int hi, const unsigned char *b, int len, int64_t due) {
+    if (E->n_dl == E->cap_dl) {
+        int cap = E->cap_dl ? 2 * E->cap_dl : 1024;
+        struct delayed *dl = realloc(E->dl, (size_t)cap * sizeof *dl);
+        if (!dl) { E->R->host_stats[hi * HS_N + HS_STRAY]++; return; }   /* no memory: the frame is lost */
+        E->dl = dl; E->cap_dl = cap;
+    }
+    int i = E->n_dl++;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (E->dl[p].due <= due) break;
+        E->dl[i] = E->dl[p];
+        i = p;
+    }
+    struct delayed *d = &E->dl[i];
+    d->due = due; d->hi = hi; d->len = len;
+    memcpy(d->b, b, len < DL_SNAP ? len : DL_SNAP);
+    E->delayed_total++;
+    if (E->n_dl > E->delayed_max) E->delayed_max = E->n_dl;
+}
+
+static void dl_pop(engine *E) {
+    int n = --E->n_dl, i = 0;
+    struct delayed last = E->dl[n];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && E->dl[c + 1].due < E->dl[c].due) c++;
+        if (E->dl[c].due >= last.due) break;
+        E->dl[i] = E->dl[c];
+        i = c;
+    }
+    E->dl[i] = last;
+}
+
+/* The delayed frames due by now, acted on as if they arrived at their due time. */
+static int release_delayed(engine *E, int64_t now) {
+    int served = 0;
+    while (E->n_dl && E->dl[0].due <= now) {
+        struct delayed d = E->dl[0];
+        dl_pop(E);
+        host_t *h = &E->hosts[d.hi];
+        dispatch(E, h, d.hi, d.b, d.len, d.due, now, 1);
+        if (h->n_reply == BATCH && flush_replies(E, h, d.hi) < 0) return -1;
+        served++;
+    }
+    if (!served) return 0;
+    if (serve_kicks(E) < 0) return -1;
+    for (int i = 0; i < E->P->n_hosts; i++)
+        if (E->hosts[i].n_reply && flush_replies(E, &E->hosts[i], i) < 0) return -1;
+    return served;
+}
+
 static int receive(engine *E, host_t *h, int hi, int64_t now) {
     int served = 0;
     for (;;) {
@@ -1110,10 +1206,17 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
             (E->P->verify_icrc && (int)t->tp_snaplen < len) || len < BTH_OFF + 12) {
             E->R->host_stats[hi * HS_N + HS_STRAY]++;
         } else {
-            int op = b[BTH_OFF];
-            if (op == OP_ACK && len >= ACK_LEN) on_ack(E, h, hi, b, now);
-            else if (op == OP_CNP) on_cnp(E, h, hi, b, now);
-            else on_data(E, h, hi, b, len, rx, now);
+            int64_t delay = frame_delay(E, b, len, hi);
+            int data = b[BTH_OFF] != OP_ACK && b[BTH_OFF] != OP_CNP;
+            if (delay > 0 && rx + delay > now) {
+                /* a RoCE NIC drops a corrupt frame on arrival: checked before it waits */
+                if (data && E->P->verify_icrc && len >= HDR_LEN + ICRC_LEN && !icrc_ok(b, len))
+                    E->R->host_stats[hi * HS_N + HS_ICRC]++;
+                else
+                    dl_push(E, hi, b, len, rx + delay);
+            } else {
+                dispatch(E, h, hi, b, len, rx + delay, now, 0);
+            }
         }
         __atomic_store_n(&t->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
         h->ring_idx = (h->ring_idx + 1) % h->ring_frames;
@@ -1246,6 +1349,7 @@ static int between_turns(engine *E) {
         end_computes(E, mono_ns());
         if (serve_kicks(E) < 0) return -1;
     }
+    if (E->n_dl && E->dl[0].due <= mono_ns() && release_delayed(E, mono_ns()) < 0) return -1;
     return 0;
 }
 
@@ -1363,6 +1467,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
             if (receive(E, &E->hosts[hi], hi, now) < 0) { R->reason = 4; goto done; }
         }
         n_ev = 0;
+        if (E->n_dl && release_delayed(E, mono_ns()) < 0) { R->reason = 4; goto done; }
         now = mono_ns();   /* later than every arrival just read: what follows is stamped after them */
         if (now >= next_clock) { E->clock_off = clock_offset(); next_clock = now + 100000000; }
         end_computes(E, now);
@@ -1441,6 +1546,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
         if (P->reliable && next_rto < wake) wake = next_rto;
         if (E->n_cc_running && next_cc < wake) wake = next_cc;
         if (E->n_heap && E->heap_t[0] < wake) wake = E->heap_t[0];
+        if (E->n_dl && E->dl[0].due < wake) wake = E->dl[0].due;
         if (next_hb < wake) wake = next_hb;
         /* Batch: at most one pass per batch_ns, so that each pass serves many frames; but a
          * message's last frame (the doorbell) or a compute step's end ends the wait at once:
@@ -1491,6 +1597,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
                 int hi = (int)evs[i].data.u32;
                 if (receive(E, &E->hosts[hi], hi, now) < 0) { R->reason = 4; goto done; }
             }
+            if (E->n_dl && release_delayed(E, mono_ns()) < 0) { R->reason = 4; goto done; }
         }
     }
 done:
@@ -1507,6 +1614,8 @@ done:
             }
         }
     }
+    R->delayed_frames = E->delayed_total;
+    R->delayed_max = E->delayed_max;
     R->messages_completed = E->completed;
     R->messages_acknowledged = E->acked;
     beat(E, hb, nm);
@@ -1539,7 +1648,7 @@ out:
     }
     if (E->flows) for (int i = 0; i < nf; i++) { free(E->flows[i].fifo); free(E->flows[i].start_psn); }
     free(E->hosts); free(E->flows); free(E->msg_npkts); free(E->waiting); free(E->heap_t); free(E->heap_m);
-    free(E->cc_running); free(E->kick); free(E->ready_ns);
+    free(E->cc_running); free(E->kick); free(E->ready_ns); free(E->dl);
     return rc;
 }
 

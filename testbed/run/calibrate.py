@@ -1,0 +1,193 @@
+"""What D a run gets: run.dilation as set, or "auto" from this machine's calibration.
+
+The calibration (`testbed calibrate NAME`, or the first auto run that finds none) measures the
+highest emulated link rate at which this machine carries the scenario's fabric faithfully: the
+fabric, its port policy and transport as the scenario has them, every host sending at line rate
+to the next in fabric order (a shift permutation, the ring's own pattern), for CAL_TRAFFIC_S at
+each rate of LADDER_MBPS from the top until a run's fidelity verdict is kept_up. It is cached
+per machine, commit and fabric (results/calibration/), and re-run when missing or stale.
+
+An auto run then takes D = hardware rate / (faithful rate / MARGIN), times the scenario's demand
+against the calibration's (frame-hops per second at line rate, never below 1) and the spare CPU
+the calibration had against what is spare now (measured at start), rounded up to the R10 series
+(1, 1.25, 1.6, 2, 2.5, 3.15, 4, 5, 6.3, 8 x 10^k) so that runs of one scenario share a D.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from testbed.errors import RunFailed
+from testbed.run import probe
+from testbed.scenario import Scenario, WorkloadSpec, build_fabric
+from testbed.scenario.dilation import dilate
+
+CALIBRATION_VERSION = 1
+LADDER_MBPS = (40.0, 20.0, 10.0, 5.0, 2.5, 1.25, 0.625)
+CAL_TRAFFIC_S = 4.0
+# the chosen rate is the faithful one / MARGIN: one calibration run that kept up says little of
+# the next twenty, and a run's own traffic is burstier than a permutation
+MARGIN = 1.5
+R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
+CPU_FACTOR_MAX = 4.0
+
+
+def r10_ceil(x: float) -> float:
+    """The smallest value of the R10 series at or above x (x >= 1)."""
+    if x <= 1.0:
+        return 1.0
+    k = math.floor(math.log10(x))
+    for m in R10 + (10.0,):
+        v = round(m * 10 ** k, 6)
+        if v >= x * (1 - 1e-9):
+            return v
+    raise AssertionError(x)  # pragma: no cover
+
+
+def signature(sc: Scenario) -> dict:
+    """What a calibration depends on besides the machine and the commit: the fabric, the frame,
+    the port policy and the transport's congestion control."""
+    f, w = sc.fabric, sc.workload
+    return {"topology": f.topology, "dims": list(f.dims), "hosts_per_switch": f.hosts_per_switch, "k": f.k,
+            "leaves": f.leaves, "spines": f.spines, "hosts_per_leaf": f.hosts_per_leaf,
+            "mtu_bytes": f.mtu_bytes, "payload_bytes": w.payload_bytes, "htb_burst_bytes": f.htb_burst_bytes,
+            "nic_burst_frames": f.nic_burst_frames, "classes": len(sc.classes), "scheduling": sc.qos.scheduling,
+            "ecn": sc.qos.ecn, "pfc": sc.qos.pfc, "cc": sc.transport.cc,
+            "controller": [sc.controller.app, sc.controller.routing]}
+
+
+def machine_key() -> dict:
+    m = probe.machine()
+    model = ""
+    try:
+        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"hostname": m["hostname"], "cpus": m["cpus"], "cpu_model": model, "kernel": platform.release()}
+
+
+def cache_file(sc: Scenario, results_dir: Path) -> tuple[Path, dict]:
+    key = {"signature": signature(sc), "machine": machine_key(), "commit": probe.git_commit(),
+           "calibration_version": CALIBRATION_VERSION}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return results_dir / "calibration" / f"{sc.fabric.topology}-{digest}.json", key
+
+
+def spare_cores(interval_s: float = 0.5) -> float:
+    """CPUs' idle time over interval_s, in cores (steal counts as busy)."""
+    def read():
+        v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        return v[3] + v[4], sum(v[:8])   # idle + iowait, all but guest
+    i0, t0 = read()
+    time.sleep(interval_s)
+    i1, t1 = read()
+    return (os.cpu_count() or 1) * (i1 - i0) / max(1, t1 - t0)
+
+
+def frame_hops(sc: Scenario, pairs: list[tuple[str, str]]) -> float:
+    """Frame-hops per frame time at line rate when each (src, dst) pair's source sends at once:
+    a link carries a frame once per hop (one sender at line rate per source)."""
+    from testbed.traffic.workload import path_links  # noqa: PLC0415
+    links = path_links(build_fabric(sc.fabric))
+    per_src: dict[str, list[int]] = {}
+    for s, d in pairs:
+        per_src.setdefault(s, []).append(links(s, d))
+    return sum(sum(v) / len(v) for v in per_src.values())
+
+
+def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
+    """The scenario's fabric and policy at an emulated rate, carrying the shift permutation."""
+    w = sc.workload
+    payload = w.payload_bytes
+    size = max(payload, int(rate_mbps * 1e6 / 8 * CAL_TRAFFIC_S) // payload * payload)
+    hw = dataclasses.replace(sc, name=f"{sc.name}.calibration", faults=(), policy_changes=(), expect=(),
+                             tolerance=(), jobs=(),
+                             workload=WorkloadSpec(type="shift", shift=1, bytes_per_rank=size, iterations=1,
+                                                   payload_bytes=payload, dscp=w.dscp, ect=w.ect),
+                             run=dataclasses.replace(sc.run, report=False, capture=False))
+    return dilate(hw, sc.fabric.bw_mbps / rate_mbps, "calibration")
+
+
+def calibrate(sc: Scenario, run_and_judge, log, results_dir: Path) -> dict:
+    """Measure, cache and return the calibration of sc's fabric here. run_and_judge(scenario)
+    runs one emulation and returns its summary."""
+    path, key = cache_file(sc, results_dir)
+    spare = spare_cores()
+    tried = []
+    faithful = None
+    for rate in (r for r in LADDER_MBPS if r <= sc.fabric.bw_mbps):
+        log(f"calibrating {sc.fabric.topology} at {rate:g} Mb/s (shift permutation, {CAL_TRAFFIC_S:g} s)")
+        s = run_and_judge(calibration_scenario(sc, rate))
+        fid = s["fidelity"]
+        tried.append({"rate_mbps": rate, "verdict": fid["verdict"], "run_id": s["run_id"],
+                      "notes": fid["notes"][:3], "machine_busy_fraction": fid.get("machine_busy_fraction")})
+        if fid["verdict"] == "kept_up" and s["status"] in ("ok", "inconclusive"):
+            faithful = rate
+            break
+    if faithful is None:
+        rates = ", ".join(f"{t['rate_mbps']:g}" for t in tried)
+        raise RunFailed(f"calibration: this machine kept up with {sc.fabric.topology} at none of {rates} Mb/s")
+    hosts = [h.name for h in build_fabric(sc.fabric).hosts]
+    out = {"calibration_version": CALIBRATION_VERSION, "key": key, "faithful_mbps": faithful, "tried": tried,
+           "frame_bytes": sc.workload.payload_bytes, "spare_cores": spare,
+           "frame_hops": frame_hops(sc, [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]),
+           "measured_utc": datetime.now(timezone.utc).isoformat(), "file": str(path)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def cached(sc: Scenario, results_dir: Path) -> dict | None:
+    path, key = cache_file(sc, results_dir)
+    try:
+        c = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return c if c.get("key") == key else None
+
+
+def scenario_pairs(sc: Scenario) -> list[tuple[str, str]]:
+    from testbed.traffic.workload import build_messages  # noqa: PLC0415
+    _, msgs = build_messages(sc, build_fabric(sc.fabric))
+    return sorted({(m.src, m.dst) for m in msgs if m.op != "compute" and m.src != m.dst})
+
+
+def auto_factor(sc: Scenario, cal: dict, spare_now: float) -> tuple[float, dict]:
+    """D for hardware view sc from its calibration, and how it was reached."""
+    base = sc.fabric.bw_mbps / (cal["faithful_mbps"] / MARGIN)
+    demand = frame_hops(sc, scenario_pairs(sc))
+    demand_ratio = max(1.0, demand / cal["frame_hops"]) if cal["frame_hops"] else 1.0
+    cpu = min(CPU_FACTOR_MAX, max(1.0, cal["spare_cores"] / max(spare_now, 0.05)))
+    d = r10_ceil(max(1.0, base * demand_ratio * cpu))
+    return d, {"faithful_mbps": cal["faithful_mbps"], "margin": MARGIN, "demand_frame_hops": demand,
+               "calibration_frame_hops": cal["frame_hops"], "demand_ratio": demand_ratio,
+               "spare_cores_at_calibration": cal["spare_cores"], "spare_cores_now": spare_now,
+               "cpu_factor": cpu, "unrounded": base * demand_ratio * cpu, "calibration_file": cal["file"],
+               "calibration_measured_utc": cal["measured_utc"], "calibration_tried": cal["tried"]}
+
+
+def resolve(sc: Scenario, run_and_judge, log, results_dir: Path) -> Scenario:
+    """The emulated scenario a run of hardware view sc runs: at run.dilation, or auto."""
+    if sc.dilation.chosen_by not in ("unresolved", "version1"):
+        return sc   # resolved already (a job measured alone, a calibration)
+    if sc.version == 1:
+        return dilate(sc, 1.0, "version1")
+    if sc.run.dilation != "auto":
+        return dilate(sc, float(sc.run.dilation), "set")
+    cal = cached(sc, results_dir)
+    if cal is None:
+        log(f"{sc.name}: no calibration of this fabric on this machine and commit; measuring it")
+        cal = calibrate(sc, run_and_judge, log, results_dir)
+    d, how = auto_factor(sc, cal, spare_cores())
+    log(f"{sc.name}: dilation {d:g} (auto: faithful {cal['faithful_mbps']:g} Mb/s here, margin {MARGIN:g}, "
+        f"demand x{how['demand_ratio']:.2f}, spare CPU x{how['cpu_factor']:.2f}); links at "
+        f"{sc.fabric.bw_mbps / d:.3g} Mb/s")
+    return dilate(sc, d, "auto", how)

@@ -1,0 +1,124 @@
+"""Time dilation, pure: a version 2 scenario is its hardware fabric; dilate() turns rates down and
+times up by D and leaves bytes alone; auto's D from a calibration; the bounds pay path latency."""
+import dataclasses
+
+import pytest
+
+from testbed.analysis.bounds import dag_bound, planned_bound
+from testbed.errors import InputError
+from testbed.run.calibrate import MARGIN, auto_factor, r10_ceil
+from testbed.scenario import build_fabric, load_document, load_scenario
+from testbed.scenario.dilation import dilate
+from testbed.traffic.workload import build_messages, message_latency_s, path_links
+
+V2 = {"scenario_version": 2, "fabric": {"topology": "torus", "dims": [4, 4], "bw_gbps": 100, "link_delay_ns": 500,
+                                        "switch_latency_ns": 300},
+      "workload": {"type": "ddp", "fwd_compute_ms": 2.0, "bwd_compute_ms": 4.0},
+      "transport": {"rto_ms": 1.0, "cc": "dcqcn"}, "qos": {"ecn": True, "pfc_watchdog_ms": 0.5},
+      "faults": [{"at_s": 0.001, "action": "link_down", "link": "s0_0-s1_0"}],
+      "policy_changes": [{"at_s": 0.002, "class_name": "roce", "field": "ecn", "value": False}],
+      "run": {"dilation": "auto", "stall_timeout_s": 3}}
+
+
+def hardware(**run):
+    doc = {**V2, "run": {**V2["run"], **run}}
+    return load_document("x", doc, "scenarios/x.toml")
+
+
+def test_a_version_2_file_is_its_hardware_fabric_at_d_1():
+    sc = hardware()
+    assert sc.version == 2 and sc.dilation.factor == 1 and sc.dilation.chosen_by == "unresolved"
+    assert sc.fabric.bw_mbps == 100e3 and sc.dilation.hw_bw_gbps == 100
+    # DCQCN's values are given for the hardware link unless [dcqcn] names another rate
+    assert sc.dcqcn.ref_gbps == 100
+
+
+def test_dilate_scales_every_rate_and_time_and_no_byte():
+    hw = hardware()
+    sc = dilate(hw, 1000, "set")
+    assert sc.fabric.bw_mbps == pytest.approx(100) and sc.fabric.link_delay_ns == pytest.approx(500e3)
+    assert sc.fabric.switch_latency_ns == pytest.approx(300e3)
+    assert sc.workload.fwd_compute_ms == pytest.approx(2000) and sc.workload.bwd_compute_ms == pytest.approx(4000)
+    assert sc.transport.rto_ms == pytest.approx(1000) and sc.qos.pfc_watchdog_ms == pytest.approx(500)
+    assert sc.faults[0].at_s == pytest.approx(1.0) and sc.policy_changes[0].at_s == pytest.approx(2.0)
+    # a go-back-N timeout is never a stall: the wall-clock stall guard is at least twice the RTO
+    assert sc.run.stall_timeout_s >= 2 * sc.transport.rto_ms / 1e3
+    # bytes are the hardware's
+    for a, b in ((hw.fabric, sc.fabric), (hw.workload, sc.workload)):
+        for f in dataclasses.fields(a):
+            if f.name.endswith("_bytes"):
+                assert getattr(a, f.name) == getattr(b, f.name), f.name
+    assert [c.ecn_kmin_bytes for c in sc.classes] == [c.ecn_kmin_bytes for c in hw.classes]
+    assert sc.dilation.factor == 1000 and sc.dilation.chosen_by == "set" and sc.run.dilation == 1000
+    # DCQCN runs D times slower: time_scale 0 is ref_gbps / the emulated link rate
+    from testbed.traffic.transport import dcqcn_params
+    p = dcqcn_params(dataclasses.asdict(sc.dcqcn), sc.fabric.bw_mbps * 1e6)
+    assert p["time_scale"] == pytest.approx(1000)
+    assert p["alpha_interval_ns"] == pytest.approx(55e3 * 1000)
+    with pytest.raises(ValueError):
+        dilate(sc, 2, "set")   # dilated already
+    with pytest.raises(ValueError):
+        dilate(hw, 0.5, "set")
+
+
+def test_trace_compute_dilates_through_time_scale_and_pipeline_compute_once():
+    sim = load_document("x", {**V2, "workload": {"type": "simai", "trace": "traces/simai/microAllReduce.txt",
+                                                 "time_scale": 0.5}}, "scenarios/x.toml")
+    assert dilate(sim, 10, "set").workload.time_scale == pytest.approx(5.0)
+    pipe = load_document("x", {**V2, "fabric": {**V2["fabric"], "dims": [4, 4]},
+                               "workload": {"type": "pipeline", "time_scale": 0.5, "fwd_compute_ms": 1}},
+                         "scenarios/x.toml")
+    w = dilate(pipe, 10, "set").workload
+    assert w.fwd_compute_ms * w.time_scale == pytest.approx(10 * 1 * 0.5)   # D once, not D^2
+
+
+@pytest.mark.parametrize("doc,field", [
+    ({"scenario_version": 2, "fabric": {"bw_mbps": 100}}, "fabric.bw_mbps"),
+    ({"scenario_version": 1, "fabric": {"bw_gbps": 100}}, "fabric.bw_gbps"),
+    ({"scenario_version": 1, "run": {"dilation": 10}}, "run.dilation"),
+    ({"scenario_version": 2, "run": {"dilation": 0.5}}, "run.dilation"),
+    ({"scenario_version": 2, "run": {"dilation": "fast"}}, "run.dilation"),
+    ({"scenario_version": 3}, "scenario_version"),
+])
+def test_each_version_refuses_the_other_ones_fields(doc, field):
+    with pytest.raises(InputError) as e:
+        load_document("x", doc, "scenarios/x.toml")
+    assert e.value.field == field
+
+
+def test_a_version_1_file_runs_at_d_1():
+    sc = load_document("x", {"scenario_version": 1, "fabric": {"bw_mbps": 10}}, "scenarios/x.toml")
+    assert sc.run.dilation == 1 and sc.dilation.chosen_by == "version1" and sc.fabric.bw_mbps == 10
+
+
+def test_r10_rounds_up_to_a_preferred_number():
+    assert [r10_ceil(x) for x in (1, 1.1, 2, 7000, 7500, 8000.1, 99)] == [1, 1.25, 2, 8000, 8000, 10000, 100]
+
+
+def test_auto_takes_the_calibrated_rate_with_its_margin_demand_and_spare_cpu():
+    hw = dataclasses.replace(load_scenario("allreduce-torus"))
+    links = path_links(build_fabric(hw.fabric))
+    ring_hops = 16 * links("h0_0", "h0_1")
+    cal = {"faithful_mbps": 20.0, "frame_hops": ring_hops, "spare_cores": 2.0, "file": "f", "measured_utc": "t",
+           "tried": []}
+    d, how = auto_factor(hw, cal, spare_now=2.0)
+    assert how["unrounded"] == pytest.approx(100e3 / (20 / MARGIN) * how["demand_ratio"])
+    assert d == r10_ceil(how["unrounded"]) and how["cpu_factor"] == 1
+    # a quarter of a core busy elsewhere: a larger D, never a smaller one
+    d_busy, how_busy = auto_factor(hw, cal, spare_now=1.75)
+    assert how_busy["cpu_factor"] == pytest.approx(2 / 1.75) and d_busy >= d
+
+
+def test_the_ring_bound_pays_its_path_latency_on_every_step():
+    sc = dilate(load_scenario("allreduce-torus"), 8000, "set")
+    fabric = build_fabric(sc.fabric)
+    _, msgs = build_messages(dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, iterations=1)), fabric)
+    lat = message_latency_s(sc.fabric, fabric)
+    bw = sc.fabric.bw_mbps * 1e6
+    plain, _, _ = planned_bound("ring_allreduce", 16, 4 << 20, bw, msgs)
+    with_latency, formula, terms = planned_bound("ring_allreduce", 16, 4 << 20, bw, msgs, lat)
+    # ring neighbours on the snake: host, switch, switch, host = 3 links and 2 switches
+    a = (3 * 500 + 2 * 500) * 8000 / 1e9
+    assert with_latency == pytest.approx(plain + 2 * 15 * a, rel=1e-6)
+    assert terms["binding"] == "critical_path" and "latency" in formula
+    assert dag_bound(msgs, bw).critical_path_s == pytest.approx(plain, rel=1e-6)
