@@ -86,12 +86,13 @@ class TrafficProgress:
             self.bar.stop()
 
 
-def run_with_progress(sc):
+def run_with_progress(sc, results_dir=None):
     from testbed.run import runner
     alone = measure_alone(sc) if len(sc.jobs) > 1 and sc.run.measure_alone else None
     shown = TrafficProgress() if console.is_terminal else None
     try:
-        return runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"), progress=shown, alone=alone)
+        return runner.run(sc, log=lambda m: console.print(f"[dim]{m}[/]"), progress=shown, alone=alone,
+                          results_dir=results_dir)
     finally:
         if shown:
             shown.close()
@@ -116,18 +117,17 @@ def measure_alone(sc) -> dict:
     return out
 
 
-def run_and_judge(sc) -> dict:
+def run_and_judge(sc, results_dir=None) -> dict:
     """One emulation of a resolved scenario and its analysis (a calibration's runs)."""
     from testbed.analysis import summary as analysis
-    run_dir = run_with_progress(sc)
+    run_dir = run_with_progress(sc, results_dir)
     return analysis.analyze(run_dir)
 
 
 def resolve(sc):
     """The scenario at its dilation: as set, or auto (calibrating this machine first if needed)."""
     from testbed.run.calibrate import resolve as resolve_dilation
-    from testbed.run.runner import RESULTS_DIR
-    return resolve_dilation(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"), RESULTS_DIR)
+    return resolve_dilation(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"))
 
 
 def cmd_run(args) -> int:
@@ -139,12 +139,11 @@ def cmd_run(args) -> int:
 def cmd_calibrate(args) -> int:
     """Measure this machine's faithful rate for the scenario's fabric again (cached for auto)."""
     from testbed.run.calibrate import auto_factor, calibrate, spare_cores
-    from testbed.run.runner import RESULTS_DIR
     from testbed.scenario import load_scenario
     sc = load_scenario(args.name, args.set)
     if os.geteuid() != 0:
         raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
-    cal = calibrate(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"), RESULTS_DIR)
+    cal = calibrate(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"))
     console.print(f"{args.name}: {sc.fabric.topology} kept up at {cal['faithful_mbps']:g} Mb/s "
                   f"({cal['frame_bytes']} B payloads, {cal['spare_cores']:.2f} cores spare); cached in {cal['file']}")
     if sc.version >= 2:

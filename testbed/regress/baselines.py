@@ -10,7 +10,7 @@ from pathlib import Path
 from testbed.metrics import DERIVED, TRACKED, Tolerance, metric_class, tolerance_of  # noqa: F401 (also regress's API)
 from testbed.paths import PROJECT_ROOT
 
-BASELINE_VERSION = 1
+BASELINE_VERSION = 2   # 2: times in hardware time (tracked_value)
 BASELINE_DIR = Path(os.environ.get("TESTBED_BASELINE_DIR", PROJECT_ROOT / "baselines"))
 
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
@@ -115,15 +115,26 @@ def expand(pattern: str, summary: dict) -> list[str]:
     return [p[:-1] for p in paths]
 
 
+def tracked_value(summary: dict, path: str):
+    """A tracked metric as baselines keep it: a time of the fabric in hardware time (its value / the
+    run's dilation factor; a run before dilation existed ran at 1)."""
+    v = metric(summary, path)
+    tol = tolerance_of(path)
+    if tol is not None and tol.hardware_time and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v / float((summary.get("dilation") or {}).get("factor", 1.0))
+    return v
+
+
 def baseline_of(summary: dict) -> dict:
     metrics = {}
     for pattern in TRACKED:
         for p in expand(pattern, summary):
-            v = metric(summary, p)
+            v = tracked_value(summary, p)
             if v is not MISSING and v is not None:
                 metrics[p] = v
     return {"baseline_version": BASELINE_VERSION, "scenario": summary["scenario"], "run_id": summary["run_id"],
-            "git_commit": summary.get("git_commit"), "metrics": metrics}
+            "git_commit": summary.get("git_commit"),
+            "dilation_factor": float((summary.get("dilation") or {}).get("factor", 1.0)), "metrics": metrics}
 
 
 def compare(summary: dict, baseline: dict, overrides: dict[str, tuple[float, float]] | None = None) -> list[dict]:
@@ -133,7 +144,7 @@ def compare(summary: dict, baseline: dict, overrides: dict[str, tuple[float, flo
     rows = []
     for path, base in baseline["metrics"].items():
         tol = tolerance_of(path, overrides, faithful)
-        now = metric(summary, path)
+        now = tracked_value(summary, path)
         if tol is None:
             continue
         if now is MISSING or now is None:
@@ -213,7 +224,13 @@ def suite() -> list[str]:
 
 def load_baseline(name: str, directory: Path = BASELINE_DIR) -> dict | None:
     p = directory / f"{name}.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    if not p.exists():
+        return None
+    base = json.loads(p.read_text())
+    if base.get("baseline_version") != BASELINE_VERSION:
+        raise ValueError(f"{p}: baseline_version {base.get('baseline_version')!r}, this testbed reads "
+                         f"{BASELINE_VERSION}: record it again (testbed baseline {name})")
+    return base
 
 
 def unrecordable(commit: str | None) -> str | None:

@@ -2,10 +2,12 @@
 
 The calibration (`testbed calibrate NAME`, or the first auto run that finds none) measures the
 highest emulated link rate at which this machine carries the scenario's fabric faithfully: the
-fabric, its port policy and transport as the scenario has them, every host sending at line rate
+fabric and its routes as the scenario has them under one policy for all (CAL_POLICY), every host
+sending at line rate
 to the next in fabric order (a shift permutation, the ring's own pattern), for CAL_TRAFFIC_S at
 each rate of LADDER_MBPS from the top until a run's fidelity verdict is kept_up. It is cached
-per machine, commit and fabric (results/calibration/), and re-run when missing or stale.
+per machine, commit and fabric (results/calibration/, or TESTBED_CALIBRATION_DIR), and re-run
+when missing or stale.
 
 An auto run then takes D = hardware rate / (faithful rate / MARGIN), times the scenario's demand
 against the calibration's (frame-hops per second at line rate, never below 1) and the spare CPU
@@ -25,16 +27,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from testbed.errors import RunFailed
+from testbed.paths import PROJECT_ROOT
 from testbed.run import probe
-from testbed.scenario import Scenario, WorkloadSpec, build_fabric
+from testbed.scenario import DEFAULT_CLASSES, QosSpec, Scenario, WorkloadSpec, build_fabric
 from testbed.scenario.dilation import dilate
 
 CALIBRATION_VERSION = 1
+# one cache per machine, whichever results folder a run writes to
+CALIBRATION_DIR = Path(os.environ.get("TESTBED_CALIBRATION_DIR", PROJECT_ROOT / "results" / "calibration"))
 LADDER_MBPS = (40.0, 20.0, 10.0, 5.0, 2.5, 1.25, 0.625)
 CAL_TRAFFIC_S = 4.0
 # the chosen rate is the faithful one / MARGIN: one calibration run that kept up says little of
 # the next twenty, and a run's own traffic is burstier than a permutation
 MARGIN = 1.5
+# the policy every calibration runs: the default classes, ECN marking and PFC on, so that the
+# switch agent polls as a lossless scenario's does (its dearest policy)
+CAL_POLICY = QosSpec(ecn=True, pfc=True)
 R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
 CPU_FACTOR_MAX = 4.0
 
@@ -52,15 +60,14 @@ def r10_ceil(x: float) -> float:
 
 
 def signature(sc: Scenario) -> dict:
-    """What a calibration depends on besides the machine and the commit: the fabric, the frame,
-    the port policy and the transport's congestion control."""
+    """What a calibration depends on besides the machine and the commit: the fabric's shape and
+    routes, and the frame. The policy is the calibration's own (CAL_POLICY), not the scenario's,
+    so that scenarios on one fabric share one calibration."""
     f, w = sc.fabric, sc.workload
     return {"topology": f.topology, "dims": list(f.dims), "hosts_per_switch": f.hosts_per_switch, "k": f.k,
             "leaves": f.leaves, "spines": f.spines, "hosts_per_leaf": f.hosts_per_leaf,
             "mtu_bytes": f.mtu_bytes, "payload_bytes": w.payload_bytes, "htb_burst_bytes": f.htb_burst_bytes,
-            "nic_burst_frames": f.nic_burst_frames, "classes": len(sc.classes), "scheduling": sc.qos.scheduling,
-            "ecn": sc.qos.ecn, "pfc": sc.qos.pfc, "cc": sc.transport.cc,
-            "controller": [sc.controller.app, sc.controller.routing]}
+            "nic_burst_frames": f.nic_burst_frames, "routing": sc.controller.routing}
 
 
 def machine_key() -> dict:
@@ -74,11 +81,11 @@ def machine_key() -> dict:
     return {"hostname": m["hostname"], "cpus": m["cpus"], "cpu_model": model, "kernel": platform.release()}
 
 
-def cache_file(sc: Scenario, results_dir: Path) -> tuple[Path, dict]:
+def cache_file(sc: Scenario) -> tuple[Path, dict]:
     key = {"signature": signature(sc), "machine": machine_key(), "commit": probe.git_commit(),
            "calibration_version": CALIBRATION_VERSION}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return results_dir / "calibration" / f"{sc.fabric.topology}-{digest}.json", key
+    return CALIBRATION_DIR / f"{sc.fabric.topology}-{digest}.json", key
 
 
 def spare_cores(interval_s: float = 0.5) -> float:
@@ -105,27 +112,29 @@ def frame_hops(sc: Scenario, pairs: list[tuple[str, str]]) -> float:
 
 def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
     """The scenario's fabric and policy at an emulated rate, carrying the shift permutation."""
-    w = sc.workload
-    payload = w.payload_bytes
+    payload = sc.workload.payload_bytes
     size = max(payload, int(rate_mbps * 1e6 / 8 * CAL_TRAFFIC_S) // payload * payload)
     hw = dataclasses.replace(sc, name=f"{sc.name}.calibration", faults=(), policy_changes=(), expect=(),
-                             tolerance=(), jobs=(),
+                             tolerance=(), jobs=(), classes=DEFAULT_CLASSES, qos=CAL_POLICY,
+                             controller=dataclasses.replace(sc.controller, dateline=False),
+                             transport=dataclasses.replace(sc.transport, cc="none", reliability="go_back_n",
+                                                           verify_icrc=False, channels=1),
                              workload=WorkloadSpec(type="shift", shift=1, bytes_per_rank=size, iterations=1,
-                                                   payload_bytes=payload, dscp=w.dscp, ect=w.ect),
+                                                   payload_bytes=payload),
                              run=dataclasses.replace(sc.run, report=False, capture=False))
     return dilate(hw, sc.fabric.bw_mbps / rate_mbps, "calibration")
 
 
-def calibrate(sc: Scenario, run_and_judge, log, results_dir: Path) -> dict:
-    """Measure, cache and return the calibration of sc's fabric here. run_and_judge(scenario)
-    runs one emulation and returns its summary."""
-    path, key = cache_file(sc, results_dir)
+def calibrate(sc: Scenario, run_and_judge, log) -> dict:
+    """Measure, cache and return the calibration of sc's fabric here. run_and_judge(scenario,
+    results_dir) runs one emulation and returns its summary."""
+    path, key = cache_file(sc)
     spare = spare_cores()
     tried = []
     faithful = None
     for rate in (r for r in LADDER_MBPS if r <= sc.fabric.bw_mbps):
         log(f"calibrating {sc.fabric.topology} at {rate:g} Mb/s (shift permutation, {CAL_TRAFFIC_S:g} s)")
-        s = run_and_judge(calibration_scenario(sc, rate))
+        s = run_and_judge(calibration_scenario(sc, rate), CALIBRATION_DIR / "runs")
         fid = s["fidelity"]
         tried.append({"rate_mbps": rate, "verdict": fid["verdict"], "run_id": s["run_id"],
                       "notes": fid["notes"][:3], "machine_busy_fraction": fid.get("machine_busy_fraction")})
@@ -145,8 +154,8 @@ def calibrate(sc: Scenario, run_and_judge, log, results_dir: Path) -> dict:
     return out
 
 
-def cached(sc: Scenario, results_dir: Path) -> dict | None:
-    path, key = cache_file(sc, results_dir)
+def cached(sc: Scenario) -> dict | None:
+    path, key = cache_file(sc)
     try:
         c = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -174,18 +183,28 @@ def auto_factor(sc: Scenario, cal: dict, spare_now: float) -> tuple[float, dict]
                "calibration_measured_utc": cal["measured_utc"], "calibration_tried": cal["tried"]}
 
 
-def resolve(sc: Scenario, run_and_judge, log, results_dir: Path) -> Scenario:
-    """The emulated scenario a run of hardware view sc runs: at run.dilation, or auto."""
+def run_and_analyze(sc: Scenario, results_dir: Path | None = None, log=print) -> dict:
+    """One emulation and its analysis, for callers without a display of their own (the bench)."""
+    from testbed.analysis import summary as analysis  # noqa: PLC0415 (the analysis is heavy)
+    from testbed.run import runner  # noqa: PLC0415 (the runner resolves nothing: it runs)
+    return analysis.analyze(runner.run(sc, log=log, results_dir=results_dir))
+
+
+def resolve(sc: Scenario, run_and_judge=None, log=print) -> Scenario:
+    """The emulated scenario a run of hardware view sc runs: at run.dilation, or auto.
+    run_and_judge(scenario, results_dir) -> summary runs a calibration's emulations (default:
+    run_and_analyze); they keep their run folders under CALIBRATION_DIR/runs."""
+    run_and_judge = run_and_judge or (lambda s, d: run_and_analyze(s, d, log))
     if sc.dilation.chosen_by not in ("unresolved", "version1"):
         return sc   # resolved already (a job measured alone, a calibration)
     if sc.version == 1:
         return dilate(sc, 1.0, "version1")
     if sc.run.dilation != "auto":
         return dilate(sc, float(sc.run.dilation), "set")
-    cal = cached(sc, results_dir)
+    cal = cached(sc)
     if cal is None:
         log(f"{sc.name}: no calibration of this fabric on this machine and commit; measuring it")
-        cal = calibrate(sc, run_and_judge, log, results_dir)
+        cal = calibrate(sc, run_and_judge, log)
     d, how = auto_factor(sc, cal, spare_cores())
     log(f"{sc.name}: dilation {d:g} (auto: faithful {cal['faithful_mbps']:g} Mb/s here, margin {MARGIN:g}, "
         f"demand x{how['demand_ratio']:.2f}, spare CPU x{how['cpu_factor']:.2f}); links at "

@@ -38,7 +38,7 @@ from testbed.traffic.plan import EnginePlan
 from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
 
 RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", PROJECT_ROOT / "results"))
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2   # 2: the scenario as run (emulated) carries its dilation
 ENGINE_GRACE_S = 30.0
 ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
 
@@ -50,6 +50,9 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
     the traffic phase with the engine's last heartbeat record. alone: with [[jobs]], each job's mean
     iteration when it ran alone (the CLI's runs before this one), kept in the manifest for the
     analysis's slowdowns."""
+    if sc.dilation.chosen_by == "unresolved":
+        raise ValueError(f"{sc.name}: a hardware scenario runs at a dilation: resolve it first "
+                         f"(testbed.run.calibrate.resolve)")
     fabric = build_fabric(sc.fabric)
     ranks, messages = build_messages(sc, fabric)
     base = results_dir or RESULTS_DIR

@@ -386,6 +386,9 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
 # what each version gives, and the field it must not: version 1 is in emulated Mb/s at D = 1
 _V1_ONLY = {"fabric.bw_mbps": "fabric.bw_gbps", "fabric.uplink_bw_mbps": "fabric.uplink_bw_gbps"}
 _V2_ONLY = ("fabric.bw_gbps", "fabric.uplink_bw_gbps", "run.dilation")
+# version 2's RTO when a file gives none: hardware time, above any queueing a path of 256 KiB
+# buffers holds at 100 Gb/s (version 1's 200 ms would be 200 ms x D of wall-clock time)
+V2_RTO_MS = 1.0
 
 
 def _check_version_fields(where: str, version: int, tables: dict, overrides) -> None:
@@ -420,10 +423,13 @@ def _hardware_view(version: int, built: dict, tables: dict):
                                                hw_uplink_bw_gbps=f.uplink_bw_mbps / 1e3,
                                                link_delay_ns=f.link_delay_ns, switch_latency_ns=f.switch_latency_ns)
     fabric = dataclasses.replace(f, bw_mbps=f.bw_gbps * 1e3, uplink_bw_mbps=f.uplink_bw_gbps * 1e3)
+    transport = built["transport"]
+    if "rto_ms" not in (tables["transport"] if isinstance(tables["transport"], dict) else {}):
+        transport = dataclasses.replace(transport, rto_ms=V2_RTO_MS)
     dcqcn = built["dcqcn"]
     if "ref_gbps" not in (tables["dcqcn"] if isinstance(tables["dcqcn"], dict) else {}):
         dcqcn = dataclasses.replace(dcqcn, ref_gbps=f.bw_gbps)
-    return {**built, "fabric": fabric, "dcqcn": dcqcn}, Dilation(
+    return {**built, "fabric": fabric, "transport": transport, "dcqcn": dcqcn}, Dilation(
         factor=1.0, chosen_by="unresolved", hw_bw_gbps=f.bw_gbps, hw_uplink_bw_gbps=f.uplink_bw_gbps,
         link_delay_ns=f.link_delay_ns, switch_latency_ns=f.switch_latency_ns)
 

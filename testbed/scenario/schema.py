@@ -183,8 +183,8 @@ class TransportSpec:
     reliability: str = spec("go_back_n", "per queue pair: go_back_n (RoCE RC: ACK/NAK, go-back-N, "
                             "timeout) or none (a lost packet stalls its message)", "str",
                             choices=("go_back_n", "none"))
-    rto_ms: float = spec(200.0, "retransmission timeout, ms: keep it above the worst queueing delay "
-                         "(hops x queue_limit_bytes x 8 / bw)", "float", 0.1, 10000.0)
+    rto_ms: float = spec(200.0, "retransmission timeout, ms (version 2: of hardware time, default 1): keep it "
+                         "above the worst queueing delay (hops x queue_limit_bytes x 8 / bw)", "float", 1e-6, 10000.0)
     ack_every_packets: int = spec(16, "coalescing: one ACK per this many packets (and per message end)",
                                   "int", 1, 4096)
     ack_dscp: int = spec(48, "DSCP of ACK, NAK and CNP packets (a high-priority class)", "int", 0, 63)

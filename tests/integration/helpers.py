@@ -52,22 +52,21 @@ def summary_of(run_dir: Path) -> dict:
 
 
 def assert_ran(out: subprocess.CompletedProcess) -> None:
-    """A run or analysis in which nothing failed: exit 0 and OK when the emulation ran the fabric
-    faithfully, exit 4 and INCONCLUSIVE when it did not (or too little was busy to judge), as on a
-    loaded 2-core machine; never OK then."""
-    assert out.returncode in (0, 4), out.stdout + out.stderr
-    assert ("\nOK\n" in out.stdout) == (out.returncode == 0), out.stdout
-    assert out.returncode == 0 or "INCONCLUSIVE: nothing failed" in out.stdout, out.stdout
+    """A run or analysis in which nothing failed and the emulation ran the fabric faithfully: exit 0,
+    OK. Every scenario runs at a dilation this machine keeps up with, so a run that is no result
+    (exit 4, INCONCLUSIVE) fails the test that needed one: no result is never a pass."""
+    assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-4000:]
+    assert "\nOK\n" in out.stdout and "INCONCLUSIVE" not in out.stdout, out.stdout[-8000:]
 
 
 def deep_incast(tmp_path, buffer="4MiB", folder="scenarios"):
-    """lossy-fabric's 4:1 incast at 40 Mb/s into a buffer deep enough to lose nothing: a scenario
+    """lossy-fabric's 4:1 incast at 40 Mb/s (its 100 Gb/s at D = 2500) into a buffer deep enough to lose nothing: a scenario
     this 2-core machine runs faithfully with a link busy throughout (valid in 2 of 3 runs measured,
     bound ratio 0.996 in each; at 100 Mb/s and at 20 Mb/s the host-side rule failed it in every run,
     and dateline-torus, which PFC pauses, has no link backlogged long enough to be judged)."""
     text = (ROOT / "scenarios" / "lossy-fabric.toml").read_text()
-    for a, b in (('buffer_bytes = "64KiB"', f'buffer_bytes = "{buffer}"'), ("\nrto_ms = 25", "\nrto_ms = 2000"),
-                 ("\nbw_mbps = 100", "\nbw_mbps = 40"), ('bytes_per_rank = "1MiB"', 'bytes_per_rank = "512KiB"')):
+    for a, b in (('buffer_bytes = "64KiB"', f'buffer_bytes = "{buffer}"'), ("\nrto_ms = 0.025", "\nrto_ms = 0.8"),
+                 ('\ndilation = "auto"', "\ndilation = 2500"), ('bytes_per_rank = "1MiB"', 'bytes_per_rank = "512KiB"')):
         assert a in text, a
         text = text.replace(a, b)
     d = tmp_path / folder

@@ -21,7 +21,7 @@ def test_ecmp_spreads_16_inter_pod_flows_over_every_core(tmp_path):
     out = run_testbed(tmp_path, "run", "allreduce-fattree", "--set", "workload.type=shift",
                       "--set", "workload.shift=4", "--set", "workload.bytes_per_rank=512KiB",
                       "--set", "workload.iterations=1", "--set", "fabric.queue_limit_bytes=8MiB",
-                      "--set", "transport.rto_ms=3000")
+                      "--set", "transport.rto_ms=0.75")
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
@@ -74,7 +74,7 @@ def test_collective_completes_after_a_link_on_its_ring_fails(tmp_path):
 def test_k8_fat_tree_starts_with_the_full_qos_stack(tmp_path):
     # 128 hosts, 80 switches: the controller's port policy for 1,920 queues is over 160 KB and
     # reaches the switch agent in many reads (it once gave up on the first partial one)
-    out = run_testbed(tmp_path, "run", "allreduce-fattree", "--set", "fabric.k=8", "--set", "fabric.bw_mbps=10",
+    out = run_testbed(tmp_path, "run", "allreduce-fattree", "--set", "fabric.k=8", "--set", "run.dilation=40000",
                       "--set", "workload.type=shift", "--set", "workload.shift=64",
                       "--set", "workload.bytes_per_rank=64KiB", "--set", "workload.iterations=1",
                       "--set", "qos.ecn=true", "--set", "transport.cc=dcqcn",

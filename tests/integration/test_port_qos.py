@@ -273,7 +273,7 @@ def test_pfc_pauses_follow_a_reroute(tmp_path):
     # the peer that sent them; frames the failure destroyed inside a switch are written off, and
     # nothing stays counted or paused
     out, run_dir = run_variant(tmp_path, "incast-fattree-pfc",
-                               '[[faults]]\nat_s = 0.1\naction = "link_down"\nlink = "a0_0-c0_0"\n')
+                               '[[faults]]\nat_s = 0.0001\naction = "link_down"\nlink = "a0_0-c0_0"\n')
     s = summary_of(run_dir)
     assert out.returncode in (0, 1, 4), out.stdout + out.stderr
     assert s["faults"] and s["collective"]["iterations_complete"] == 1, s["problems"]
@@ -298,7 +298,7 @@ def test_the_qos_app_hears_of_a_reroute_and_pauses_by_the_new_routes(tmp_path):
     # The same failure under the egress rule, whose pause map comes from the routes: the routing
     # app publishes the reroute (an os-ken event), the QoS app sends the agent the pause map the
     # new routes make, and every pause after that is one the new routes call for
-    fault = '[[faults]]\nat_s = 0.1\naction = "link_down"\nlink = "a0_0-c0_0"\n'
+    fault = '[[faults]]\nat_s = 0.0001\naction = "link_down"\nlink = "a0_0-c0_0"\n'
     out, run_dir = run_variant(tmp_path, "incast-fattree-pfc", fault, "qos.pfc_accounting=egress")
     assert out.returncode in (0, 1, 4), out.stdout + out.stderr
     ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
@@ -373,10 +373,10 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
 
 
 def test_the_pfc_watchdog_breaks_a_deadlock_and_stops_ignoring_a_queue_once_it_drains(tmp_path):
-    # the ring that deadlocks without a dateline, with a 100 ms watchdog: every port paused that
+    # the ring that deadlocks without a dateline, with a 100 us watchdog (hardware time): every port paused that
     # long is resumed and the rows pausing it are ignored (their queues may drop instead) until
     # they fall below XON; the traffic then completes, with no deadlock reported
-    run_dir, s = run_one(tmp_path, "pfc-deadlock-torus", "qos.pfc_watchdog_ms=100", expect_rc=None)
+    run_dir, s = run_one(tmp_path, "pfc-deadlock-torus", "qos.pfc_watchdog_ms=0.1", expect_rc=None)
     pfc = s["qos"]["pfc"]
     assert s["collective"]["iterations_complete"] == 1 and pfc["deadlock"] is None, s["problems"]
     assert s["packets"]["unaccounted"] == 0
@@ -394,7 +394,7 @@ def test_the_pfc_watchdog_breaks_a_deadlock_and_stops_ignoring_a_queue_once_it_d
 def test_controller_changes_the_policy_at_run_time(tmp_path):
     # incast-ecn whose controller turns marking off 0.25 s into the traffic
     out, run_dir = run_variant(tmp_path, "incast-ecn",
-                               '[[policy_changes]]\nat_s = 0.25\nclass_name = "roce"\nfield = "ecn"\nvalue = false\n')
+                               '[[policy_changes]]\nat_s = 0.00025\nclass_name = "roce"\nfield = "ecn"\nvalue = false\n')
     assert_ran(out)
     ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in ctl]

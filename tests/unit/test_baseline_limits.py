@@ -84,8 +84,8 @@ def test_a_near_limit_that_admits_none_is_found():
 
 def test_latency_past_the_buffers_of_a_lossy_class_is_unreachable():
     sc = load_scenario("incast-ecn")
-    # one switch hop, a 2 MiB class buffer at 100 Mb/s: 168 ms at most
-    assert limits.max_latency_s(sc, 1) == pytest.approx(2 * 2 ** 20 * 8 / 100e6)
-    base = {"metrics": {"latency_by_class_us.roce.p99_us": 126_000.0}}
+    # one switch hop, a 2 MiB class buffer at 100 Gb/s: 168 us of hardware time at most
+    assert limits.max_latency_s(sc, 1) == pytest.approx(2 * 2 ** 20 * 8 / 100e9)
+    base = {"metrics": {"latency_by_class_us.roce.p99_us": 126.0}}
     found = limits.unreachable(base, dataclasses.replace(sc, tolerance=()))
     assert len(found) == 1 and "latency_by_class_us.roce.p99_us" in found[0], found

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from testbed.analysis.bounds import planned_bound
 from testbed.traffic.collectives import Message
 
@@ -21,14 +23,14 @@ def test_check_describes_the_fabric_traffic_bound_and_policy_of_a_run():
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     f, tr, q = d["fabric"], d["traffic"], d["qos"]
-    # 4 leaves x 5 hosts and 2 spines: 20 host links at 100 Mb/s, 8 uplinks at 400 Mb/s
+    # 4 leaves x 5 hosts and 2 spines: 20 host links at 100 Gb/s, 8 uplinks at 400 Gb/s
     assert (f["switches"], f["hosts"], f["links"]) == (6, 20, 28)
-    assert f["links_by_rate_mbps"] == {"100": 20, "400": 8}
+    assert f["links_by_rate_mbps"] == {"100000": 20, "400000": 8}   # the hardware's (D = 1)
     # 15 senders of 512 KiB into one receiver, and the victim's 1 MiB
     assert tr["transfers_by_tag"] == {"collective": 15, "victim": 1}
     assert tr["bytes"] == 15 * (512 << 10) + (1 << 20) and tr["compute_steps"] == 0
-    # the incast's bound: every byte through the receiver's 100 Mb/s link
-    assert d["bound"]["per_iteration_s"] == 15 * (512 << 10) * 8 / 100e6
+    # the incast's bound: every byte through the receiver's 100 Gb/s link, in hardware time
+    assert d["bound"]["per_iteration_s"] == pytest.approx(15 * (512 << 10) * 8 / 100e9)
     # the lossless class on every switch port, per ingress: 4 leaves of 7 ports and 2 spines of 4
     assert q["pfc_rule"] == "ingress" and q["lossless_queues"] == 4 * 7 + 2 * 4
     assert q["xon_bytes"][1] < q["xoff_bytes"][1]

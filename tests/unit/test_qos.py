@@ -11,6 +11,7 @@ from testbed.fabric import qos
 from testbed.fabric.bpfmaps import PROFILE
 from testbed.fabric.routing import compute_routes
 from testbed.scenario import build_fabric, load_scenario
+from testbed.scenario.dilation import dilate
 
 
 def pause_graph(sc):
@@ -164,8 +165,10 @@ def test_ingress_rule_pauses_only_the_peer_of_the_ingress_port_in_the_class_it_a
 def test_ingress_thresholds_keep_every_egress_buffer_lossless(name):
     # What an egress queue holds came in at the switch's other ports; each holds at most XOFF plus
     # the headroom its paused peer may still deliver. The derived (or set) thresholds must fit the
-    # class's buffer on every egress port, whichever ports feed it.
-    sc = load_scenario(name)
+    # class's buffer on every egress port, whichever ports feed it. The headroom is what the
+    # emulated link delivers while the switch agent reacts (wall-clock time): at D = 1000, where
+    # these scenarios' 100 Gb/s run at 100 Mb/s; a larger D only shrinks it.
+    sc = dilate(load_scenario(name), 1000, "set")
     fabric = build_fabric(sc.fabric)
     pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
     frame = qos.frame_bytes(sc)

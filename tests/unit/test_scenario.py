@@ -100,8 +100,8 @@ def test_override_values_are_typed():
 def test_every_link_of_a_built_fabric_has_its_rate():
     # resolved once, where the fabric is built: nothing downstream fills in a default
     from testbed.scenario import build_fabric
-    sc = load_scenario("incast-pfc", ["fabric.bw_mbps=50"])
+    sc = load_scenario("incast-pfc", ["fabric.bw_gbps=50"])
     rates = sorted({link.bw_mbps for link in build_fabric(sc.fabric).links})
-    assert rates == [50, 400]
+    assert rates == [50e3, 400e3]
     # a version 2 file's hardware rate, as the hardware view (D = 1) every planner reads
     assert all(link.bw_mbps == 100e3 for link in build_fabric(load_scenario("allreduce-torus").fabric).links)

@@ -1,0 +1,75 @@
+"""Hardware time on real runs (root): the flagship at two dilation factors agrees in hardware
+time, and the receiving NIC's delay line adds each path's latency, dilated (docs/dilation.md)."""
+import json
+
+import pandas as pd
+import pytest
+
+from helpers import assert_ran, run_dirs, run_testbed, summary_of
+
+pytestmark = pytest.mark.root
+
+ONE = ["--set", "workload.iterations=1", "--set", "workload.bytes_per_rank=2MiB", "--set", "run.report=false"]
+# how far apart two faithful runs of the flagship land in hardware time, at one factor or at two
+# (bench's dilation sweep, docs/fidelity.md): iteration time and bound / measured
+ITERATION_REL = 0.02
+BOUND_RATIO_ABS = 0.02
+
+
+@pytest.fixture(scope="module")
+def two_factors(tmp_path_factory):
+    """The flagship at auto D, then at 2D."""
+    out = {}
+    first = tmp_path_factory.mktemp("auto")
+    assert_ran(run_testbed(first, "run", "allreduce-torus", *ONE, timeout=600))
+    (d1,) = run_dirs(first)
+    s1 = summary_of(d1)
+    out[1] = (d1, s1)
+    second = tmp_path_factory.mktemp("double")
+    factor = s1["dilation"]["factor"] * 2
+    assert_ran(run_testbed(second, "run", "allreduce-torus", *ONE, "--set", f"run.dilation={factor:g}", timeout=600))
+    (d2,) = run_dirs(second)
+    out[2] = (d2, summary_of(d2))
+    return out
+
+
+def test_auto_dilation_is_recorded_with_its_calibration(two_factors):
+    d1, s1 = two_factors[1]
+    d = s1["dilation"]
+    assert d["chosen_by"] == "auto" and d["factor"] > 1 and d["calibration"]["faithful_mbps"] > 0
+    assert d["emulated"]["link_mbps"] == pytest.approx(d["hardware"]["link_gbps"] * 1e3 / d["factor"])
+    manifest = json.loads((d1 / "manifest.json").read_text())
+    assert manifest["scenario"]["dilation"]["factor"] == d["factor"]
+    assert manifest["scenario"]["version"] == 2
+    s2 = two_factors[2][1]
+    assert s2["dilation"]["chosen_by"] == "set" and s2["dilation"]["factor"] == 2 * d["factor"]
+
+
+def test_the_flagship_agrees_in_hardware_time_at_two_factors(two_factors):
+    (_, a), (_, b) = two_factors[1], two_factors[2]
+    assert a["status"] == b["status"] == "ok", (a["problems"], b["problems"], a["fidelity"]["notes"],
+                                                b["fidelity"]["notes"])
+    ta = a["dilation"]["metrics"]["iteration_s"]["hardware_s"]
+    tb = b["dilation"]["metrics"]["iteration_s"]["hardware_s"]
+    assert tb == pytest.approx(ta, rel=ITERATION_REL)
+    # the emulated times are D apart, the hardware ones are not
+    assert b["collective"]["mean_time_s"] == pytest.approx(2 * a["collective"]["mean_time_s"], rel=ITERATION_REL)
+    assert b["collective"]["bound_ratio"] == pytest.approx(a["collective"]["bound_ratio"], abs=BOUND_RATIO_ABS)
+    assert a["collective"]["bound_ratio"] >= 0.95
+
+
+def test_the_delay_line_adds_each_paths_latency(two_factors):
+    d1, s = two_factors[1]
+    factor = s["dilation"]["factor"]
+    plan = json.loads((d1 / "raw" / "plan.json").read_text())
+    # ring neighbours on the snake: host, switch, switch, host: 3 x 500 ns + 2 x 500 ns, dilated
+    assert {f["delay_ns"] for f in plan["flows"]} == {round(2500 * factor)}
+    pkts = pd.read_parquet(d1 / "packets.parquet")
+    one_way = (pkts["rx_ns"] - pkts["depart_ns"]).astype(float)
+    assert one_way.min() >= 2500 * factor
+    engine = json.loads((d1 / "raw" / "engine.json").read_text())
+    assert engine["delayed_frames"] >= len(pkts)   # every data frame, and the ACKs back
+    e = s["dilation"]["emulator_latency"]
+    assert e["judged"] and e["ok"] and e["share"] < e["max_share"]
+    # the hardware one-way latency is the configured path and what the fabric added
+    assert s["dilation"]["metrics"]["one_way_latency_p50"]["hardware_us"] >= 2.5
