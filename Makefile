@@ -6,7 +6,7 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf nic scenario check analyze baseline spread regress bench test test-unit clean-state list docs
+.PHONY: setup host venv bpf nic scenario check calibrate analyze baseline spread regress bench test test-unit clean-state list docs
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf nic
@@ -65,6 +65,11 @@ bench: setup
 # this machine's mechanisms); no root, starts nothing.
 check: venv
 	@$(PY) -m testbed check $(NAME) $(SET_ARGS)
+
+# Measure the emulated rate this machine carries NAME's fabric at faithfully (run.dilation = "auto"
+# divides by it; a run measures it when it is missing or stale).
+calibrate: setup
+	$(PY) -m testbed calibrate $(NAME) $(SET_ARGS)
 
 list: venv
 	@$(PY) -m testbed list

@@ -16,7 +16,9 @@ the same frames at the same handoff times.
 
 They are judged by the switch links' rule (testbed/analysis/links.py) on the host's busy time: 1 ms
 intervals in which its NIC sent a frame, held one, or idled with work waiting, and was not paused
-by PFC, cut into windows of max(1 ms, 20 frame times). A window passes when its link idled with
+by PFC, cut into windows of max(1 ms, 20 frame times) of busy time: a window may take several busy
+spans in a row, since a NIC with no work is not judged and a workload whose messages each wait their
+path's latency keeps its NIC busy in spans shorter than a window (testbed.analysis.hosts.busy_windows). A window passes when its link idled with
 work waiting for at most the tolerance of it plus one frame time (a switch port's allowance, so
 both ends of a wire are judged alike), and sent no more than its rate allows within the tolerance,
 plus one frame and the NIC shaper's configured burst (fabric.nic_burst_frames, what it may send
@@ -34,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from testbed import records
-from testbed.analysis.links import window_ns, windows
+from testbed.analysis.links import window_ns
 from testbed.runfolder import RunFolder
 
 INTERVAL_NS = 1_000_000
@@ -115,6 +117,29 @@ def ideal_departed(a: int, b: int, queued_at_a: float, tx_in: np.ndarray, size_i
     return float(min(rate_bytes_ns * (b - a), queued_at_a + size_in.sum(), terms.min() if len(terms) else np.inf))
 
 
+def busy_windows(t_ns: np.ndarray, judged: np.ndarray, span_ns: float) -> list[list[tuple[int, int]]]:
+    """Windows of at least span_ns of busy time, each a list of (first, last) sample indices of
+    the busy spans it takes in order: a span long enough makes windows of its own, back to back;
+    what is left of it joins the next span's (a host with no work is not judged, and a workload
+    whose every message waits its path's latency is busy in spans shorter than a window); what is
+    left at the end is not judged."""
+    out, current, have = [], [], 0.0
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], judged.astype(np.int8), [0]])))
+    for run_start, run_end in zip(edges[::2], edges[1::2]):   # intervals run_start .. run_end-1
+        i = int(run_start)
+        while i < run_end:
+            j = int(np.searchsorted(t_ns, t_ns[i] + (span_ns - have), side="left"))
+            if j > run_end:
+                current.append((i, int(run_end)))
+                have += float(t_ns[run_end] - t_ns[i])
+                break
+            current.append((i, j))
+            out.append(current)
+            current, have = [], 0.0
+            i = j
+    return out
+
+
 def judge_host(mine: pd.DataFrame, dry: np.ndarray, behind: np.ndarray, paused_spans: list[tuple[int, int]],
                bw_bps: float, frame_bytes: int, burst_bytes: int, start_ns: int, tolerance: float,
                min_share: float) -> dict:
@@ -146,7 +171,7 @@ def judge_host(mine: pd.DataFrame, dry: np.ndarray, behind: np.ndarray, paused_s
     behind_ns = span_ns_per_interval(behind["start_ns"], behind["end_ns"], start_ns, b0, n, held)
     t_ns = start_ns + (b0 + np.arange(n + 1, dtype="int64")) * INTERVAL_NS
     span = window_ns(bw_bps, frame_bytes)
-    win = windows(t_ns, judged, span)
+    win = busy_windows(t_ns, judged, span)
     c_gap = np.concatenate([[0.0], np.cumsum(np.where(judged, gap_ns, 0.0))])
     o_tx, o_dep = np.argsort(tx, kind="stable"), np.argsort(dep, kind="stable")
     tx_s, size_tx = tx[o_tx], size[o_tx]
@@ -156,26 +181,27 @@ def judge_host(mine: pd.DataFrame, dry: np.ndarray, behind: np.ndarray, paused_s
     rate = 1 / byte_ns
     longest = int(size.max() * byte_ns) + 1 if len(size) else 0
     ideal, sent = np.zeros(len(win)), np.zeros(len(win))
-    for k, (i, j) in enumerate(win):
-        a, b = int(t_ns[i]), int(t_ns[j])
-        ia, ib = np.searchsorted(tx_s, [a, b], side="right")
-        lo, da, db = np.searchsorted(dep_s, [a - longest, a, b], side="right")
-        # both sides counted as bytes on the wire within (a, b]: the frame being sent at a carries
-        # its rest into the window, for the real NIC and the perfect one alike
-        rest = float(np.maximum(0, end_s[lo:da] - a).sum()) * rate
-        queued = c_tx[ia] - c_dep[da] + rest
-        ideal[k] = ideal_departed(a, b, queued, tx_s[ia:ib], size_tx[ia:ib], rate)
-        sent[k] = rest + float((np.minimum(end_s[da:db], b) - dep_s[da:db]).sum()) * rate
-    first = np.array([w[0] for w in win], dtype=np.int64)
-    last = np.array([w[1] for w in win], dtype=np.int64)
-    length = (last - first) * INTERVAL_NS
-    gap = c_gap[last] - c_gap[first]
+    length, gap = np.zeros(len(win)), np.zeros(len(win))
+    for k, segments in enumerate(win):
+        for i, j in segments:
+            a, b = int(t_ns[i]), int(t_ns[j])
+            ia, ib = np.searchsorted(tx_s, [a, b], side="right")
+            lo, da, db = np.searchsorted(dep_s, [a - longest, a, b], side="right")
+            # both sides counted as bytes on the wire within (a, b]: the frame being sent at a
+            # carries its rest into the segment, for the real NIC and the perfect one alike
+            rest = float(np.maximum(0, end_s[lo:da] - a).sum()) * rate
+            queued = c_tx[ia] - c_dep[da] + rest
+            ideal[k] += ideal_departed(a, b, queued, tx_s[ia:ib], size_tx[ia:ib], rate)
+            sent[k] += rest + float((np.minimum(end_s[da:db], b) - dep_s[da:db]).sum()) * rate
+            length[k] += (j - i) * INTERVAL_NS
+            gap[k] += c_gap[j] - c_gap[i]
+    pieces = np.array([len(w) for w in win], dtype=np.int64)
     # what the NIC sent short of a perfect one given the same frames, as wire time
     short_ns = np.maximum(0.0, ideal - sent) * byte_ns
     idle = gap + short_ns
     # a NIC cannot send faster than its link: a shaper releasing more than its configured bucket
-    # (burst_bytes, which it may send back to back after idling) ahead of rate
-    fast = sent > length * rate * (1 + tolerance) + frame_bytes + burst_bytes
+    # (burst_bytes, which it may send back to back after idling: once per busy span) ahead of rate
+    fast = sent > length * rate * (1 + tolerance) + frame_bytes + burst_bytes * pieces
     # the switch links' allowance, the tolerance and one frame time, so both ends of a wire are
     # judged alike (a switch port's counter cannot see an idle shorter than a frame)
     ok = (idle <= tolerance * length + frame_bytes * byte_ns) & ~fast

@@ -150,7 +150,7 @@ def test_report_tables_and_fidelity_verdict(small_run):
     # iterations (the telemetry's first and last millisecond in the window may miss a frame or three)
     links = pd.read_csv(run_dir / "links.csv")
     host_ports = links[links["to"].str.startswith("h")]
-    assert len(host_ports) == 4 and (host_ports["bytes"] > 0.97 * 2 * 1.5 * 256 * 1024).all()
+    assert len(host_ports) == 4 and (host_ports["bytes"] > 0.97 * 2 * 1.5 * 1024 * 1024).all()
     fct = pd.read_parquet(run_dir / "fct.parquet")
     assert len(fct) == len(pd.read_parquet(run_dir / "messages.parquet"))
     # FCT runs from the first frame's departure onto the host link; the host NIC's shaper lets at

@@ -241,3 +241,19 @@ def test_nic_queue_depth_series_on_the_telemetry_grid():
     mid = q[(q["t_ns"] >= T0 + 10 * MS) & (q["t_ns"] < T0 + 90 * MS)]["depth_bytes"]
     assert mid.between(14 * FRAME, 16 * FRAME).all()
     assert nic_queue_series(p, plan(100e6), T0 + 200 * MS, T0 + 201 * MS)["depth_bytes"].iloc[0] == 0
+
+
+def test_busy_windows_join_spans_a_latency_gap_splits_and_leave_no_gap_inside():
+    from testbed.analysis.hosts import busy_windows
+    t = np.arange(0, 41, dtype=np.int64) * 1_000_000           # 40 intervals of 1 ms
+    judged = np.zeros(40, bool)
+    for a, b in ((0, 6), (10, 16), (20, 32)):                   # busy 6, 6 and 12 ms, idle between
+        judged[a:b] = True
+    win = busy_windows(t, judged, 10e6)
+    # 6 + 4 of the next span, then its last 2 + 8 of the third, whose last 4 are left over
+    assert win == [[(0, 6), (10, 14)], [(14, 16), (20, 28)]]
+    for w in win:
+        assert sum(j - i for i, j in w) == 10 and all(judged[i:j].all() for i, j in w)
+    # one long span: back-to-back windows of its own, as a switch port's
+    long = np.ones(40, bool)
+    assert busy_windows(t, long, 10e6) == [[(0, 10)], [(10, 20)], [(20, 30)], [(30, 40)]]
