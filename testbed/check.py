@@ -16,6 +16,7 @@ from testbed.fabric import qos
 from testbed.fabric.routing import compute_routes
 from testbed.run import probe
 from testbed.scenario import Scenario, build_fabric
+from testbed.scenario.dilation import dilate
 from testbed.traffic.workload import build_messages, job_fabric, job_scenario, message_latency_s
 
 CHECK_VERSION = 1
@@ -38,6 +39,24 @@ def machine(sc: Scenario) -> dict:
             "ecn": "per packet in the port program" if sc.qos.ecn else "off",
             "pfc": f"{sc.qos.pfc_accounting} rule, switch agent" if sc.qos.pfc else "off",
             "cpus": len(os.sched_getaffinity(0)), "can_run_here": not blockers, "blockers": blockers}
+
+
+def dilation_of(sc: Scenario) -> dict:
+    """The D a run would get: as set, version 1's 1, or auto's from this machine's cached
+    calibration (None when there is none yet: the first run measures it)."""
+    from testbed.run.calibrate import auto_factor, cached, spare_cores  # noqa: PLC0415
+    setting = sc.run.dilation
+    out = {"setting": setting, "version": sc.version, "hardware_link_gbps": sc.dilation.hw_bw_gbps,
+           "factor": None, "calibration": None}
+    if sc.version == 1 or setting != "auto":
+        out["factor"] = 1.0 if sc.version == 1 else float(setting)
+    else:
+        cal = cached(sc)
+        if cal is not None:
+            out["factor"], _ = auto_factor(sc, cal, spare_cores(0.2))
+            out["calibration"] = cal["file"]
+    out["emulated_link_mbps"] = sc.fabric.bw_mbps / out["factor"] if out["factor"] else None
+    return out
 
 
 def describe(sc: Scenario) -> dict:
@@ -76,8 +95,12 @@ def describe(sc: Scenario) -> dict:
         "qos": {"scheduling": sc.qos.scheduling, "classes": [c.name for c in sc.classes],
                 "ecn": sc.qos.ecn, "pfc": sc.qos.pfc},
     }
+    out["dilation"] = dilation_of(sc)
     if sc.qos.pfc:
-        pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
+        # the thresholds a run derives from the emulated rates (its headroom is what a link delivers
+        # while the switch agent reacts, in wall-clock time): at the D a run would get, if known
+        emulated = dilate(sc, out["dilation"]["factor"], "check") if out["dilation"]["factor"] else sc
+        pol = qos.policy(emulated, fabric, compute_routes(fabric, sc.controller.routing))
         if pol.pfc_accounting == "ingress":
             xoff = [t.xoff_bytes for t in pol.ingress.values()]
             xon = [t.xon_bytes for t in pol.ingress.values()]

@@ -334,7 +334,13 @@ def cmd_check(args) -> int:
     t.add_row("traffic", f"{tr['workload']} over {tr['ranks']} ranks, {tr['iterations']} iteration(s): "
                          f"{tr['transfers']} transfers ({tags}), {tr['bytes'] / 2**20:.2f} MiB in all, "
                          f"{tr['compute_steps']} compute steps ({tr['compute_s']:.3f} s)")
-    t.add_row("bound per iteration", f"{b['per_iteration_s']:.4f} s: {escape(b['formula'])}")
+    t.add_row("bound per iteration", f"{b['per_iteration_s']:.4g} s of hardware time: {escape(b['formula'])}")
+    dl = d["dilation"]
+    t.add_row("dilation", (f"D = {dl['factor']:g}" + (f" (auto, from {dl['calibration']})" if dl["calibration"] else
+                                                       " (version 1 file)" if dl["version"] == 1 else " (set)")
+                           + f": links emulated at {dl['emulated_link_mbps']:.3g} Mb/s")
+              if dl["factor"] else "auto: this machine has no calibration of this fabric for this code yet; the "
+                                   "first run measures it (testbed calibrate)")
     qtxt = f"{q['scheduling']} over {', '.join(q['classes'])}; ECN {'on' if q['ecn'] else 'off'}; PFC "
     if q["pfc"]:
         qtxt += (f"{q['pfc_rule']} rule on {q['lossless_queues']} lossless queues, XOFF "

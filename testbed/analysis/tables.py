@@ -174,9 +174,11 @@ def add_wire_times(msgs: pd.DataFrame, pkts: pd.DataFrame) -> None:
 
 def iteration_messages(msgs: pd.DataFrame, plan: dict, iteration: int) -> list[Message]:
     """One iteration's messages as planned (the schedule and the plan's dependencies)."""
-    deps = {m["id"]: tuple(m["deps"]) for m in plan["messages"]}
-    return [Message(int(r.msg), iteration, int(r.step), r.src, r.dst, int(r.bytes), deps[int(r.msg)], op=r.op,
-                    duration_ns=int(r.duration_ns))
+    planned = {m["id"]: m for m in plan["messages"]}
+    # the planned compute time (the table's duration_ns is the measured one, none for a message
+    # that never completed)
+    return [Message(int(r.msg), iteration, int(r.step), r.src, r.dst, int(r.bytes), tuple(planned[int(r.msg)]["deps"]),
+                    op=r.op, duration_ns=int(planned[int(r.msg)]["duration_ns"]))
             for r in msgs[msgs["iteration"] == iteration].itertuples()]
 
 

@@ -38,7 +38,7 @@ def test_ecmp_spreads_16_inter_pod_flows_over_every_core(tmp_path):
 
 
 def test_dateline_moves_packets_to_the_second_virtual_channel(tmp_path):
-    out = run_testbed(tmp_path, "run", "allreduce-torus3d", "--set", "workload.bytes_per_rank=256KiB",
+    out = run_testbed(tmp_path, "run", "allreduce-torus3d", "--set", "workload.bytes_per_rank=2MiB",
                       "--set", "workload.iterations=1")
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
