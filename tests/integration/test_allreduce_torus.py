@@ -5,7 +5,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from helpers import SMALL, assert_ran, bridges, fabric_interfaces, run_dirs, run_testbed, summary_of
+from helpers import NOTHING_FAILED, SMALL, assert_ran, bridges, fabric_interfaces, run_dirs, run_testbed, summary_of
 from testbed.records import read_engine_progress
 from testbed.traffic.packets import HEADER_BYTES
 
@@ -25,7 +25,7 @@ def small_run(tmp_path_factory):
 
 def test_run_completes_and_every_packet_arrives(small_run):
     s = summary_of(small_run["run_dir"])
-    assert s["status"] == "ok", s["problems"]
+    assert s["status"] in NOTHING_FAILED, s["problems"]
     assert s["packets"]["sent"] == s["packets"]["received"] > 0
     assert s["packets"]["lost"] == 0 and s["packets"]["qdisc_drops"] == 0
     assert s["collective"]["iterations_complete"] == 2
@@ -194,7 +194,7 @@ def test_channels_spread_a_pairs_messages_over_queue_pairs_each_in_order(tmp_pat
     per_flow = msgs[msgs["flow"] >= 0].groupby("flow")["msg"].count()
     assert per_flow.max() - per_flow.min() <= 1 * 2   # the pair's messages alternate between channels
     assert rc_order_violations(pd.read_parquet(run_dir / "packets.parquet")) == 0
-    assert summary_of(run_dir)["status"] == "ok"
+    assert summary_of(run_dir)["status"] in NOTHING_FAILED
 
 
 def test_a_message_is_released_when_its_last_dependency_completed(small_run):

@@ -3,7 +3,7 @@ moves the bytes its cost model says, and the results carry per-iteration times a
 import pandas as pd
 import pytest
 
-from helpers import SMALL, assert_ran, run_dirs, run_testbed, summary_of
+from helpers import NOTHING_FAILED, SMALL, assert_ran, run_dirs, run_testbed, summary_of
 from testbed.traffic.collectives import SEND_FRACTION
 from testbed.traffic.packets import HEADER_BYTES
 
@@ -16,7 +16,7 @@ def test_collective_runs_and_moves_the_cost_models_bytes(tmp_path, algo):
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
-    assert s["status"] == "ok" and s["collective"]["algorithm"] == algo
+    assert s["status"] in NOTHING_FAILED and s["collective"]["algorithm"] == algo
     assert s["collective"]["iterations_complete"] == 2 and all(t > 0 for t in s["collective"]["time_s"])
     n, size = s["collective"]["ranks"], s["collective"]["bytes_per_rank"]
     # the cost model's bandwidth term at the emulated rate; the path latency on every step can only add

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from helpers import assert_ran, run_dirs, run_testbed, summary_of
+from helpers import NOTHING_FAILED, assert_ran, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -25,7 +25,7 @@ def test_ecmp_spreads_16_inter_pod_flows_over_every_core(tmp_path):
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
-    assert s["status"] == "ok"
+    assert s["status"] in NOTHING_FAILED
     # whatever was lost is accounted for where it was dropped
     p = s["packets"]
     assert p["lost"] <= p["qdisc_drops"] + p["dropped_inside_ovs"] + p["receiver_socket_drops"]
@@ -57,7 +57,7 @@ def test_collective_completes_after_a_link_on_its_ring_fails(tmp_path):
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
-    assert s["status"] == "ok" and s["collective"]["iterations_complete"] == 2
+    assert s["status"] in NOTHING_FAILED and s["collective"]["iterations_complete"] == 2
     down, up = s["faults"]
     assert down["action"] == "link_down" and up["action"] == "link_up"
     assert down["reroute_ms"] is not None and up["reroute_ms"] is not None
@@ -73,16 +73,17 @@ def test_collective_completes_after_a_link_on_its_ring_fails(tmp_path):
 
 def test_k8_fat_tree_starts_with_the_full_qos_stack(tmp_path):
     # 128 hosts, 80 switches: the controller's port policy for 1,920 queues is over 160 KB and
-    # reaches the switch agent in many reads (it once gave up on the first partial one)
+    # reaches the switch agent in many reads (it once gave up on the first partial one); 256 KiB a
+    # host keeps each NIC busy for a few fidelity windows (64 KiB, 16 frames, left none to judge)
     out = run_testbed(tmp_path, "run", "allreduce-fattree", "--set", "fabric.k=8", "--set", "run.dilation=40000",
                       "--set", "workload.type=shift", "--set", "workload.shift=64",
-                      "--set", "workload.bytes_per_rank=64KiB", "--set", "workload.iterations=1",
+                      "--set", "workload.bytes_per_rank=256KiB", "--set", "workload.iterations=1",
                       "--set", "qos.ecn=true", "--set", "transport.cc=dcqcn",
                       "--set", "run.routes_ready_timeout_s=120", "--set", "run.report=false", timeout=600)
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path)
     s = summary_of(run_dir)
-    assert s["status"] == "ok" and s["packets"]["lost"] == 0
+    assert s["status"] in NOTHING_FAILED and s["packets"]["lost"] == 0
     plan = json.loads((run_dir / "raw" / "agent_plan.json").read_text())
     assert len(plan["queues"]) == 1920
     assert len(s["transport"]["agents"]["hosts"]) == 128

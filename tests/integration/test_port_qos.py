@@ -17,7 +17,7 @@ from testbed.fabric import qos
 from testbed.fabric.routing import compute_routes
 from testbed.scenario import build_fabric, load_scenario
 
-from helpers import ROOT, assert_ran, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
+from helpers import NOTHING_FAILED, ROOT, assert_ran, cli_argv, env_with_results, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -36,7 +36,7 @@ def run_one(tmp_path, name, *sets, expect_rc=0):
 def test_incast_ecn_marks_by_the_profile_on_the_congested_port_only(tmp_path):
     run_dir, s = run_one(tmp_path, "incast-ecn")
     q = s["qos"]
-    assert s["status"] == "ok" and s["packets"]["lost"] == 0
+    assert s["status"] in NOTHING_FAILED and s["packets"]["lost"] == 0
     # only the port toward the receiver marks, and it marks in its RoCE class
     assert [(m["port"], m["class"]) for m in q["ecn"]["marking_ports"]] == [("leaf0-eth1", 1)]
     (prof,) = q["ecn"]["profiles"]
@@ -203,7 +203,7 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
     for attempt in range(3):
         run_dir, s = run_one(tmp_path, "incast-pfc", expect_rc=None)
         # drops behind a late pause are the emulator's: not judged, so never a regression
-        assert s["status"] == "ok", (s["problems"], s["expectations"])
+        assert s["status"] in NOTHING_FAILED, (s["problems"], s["expectations"])
         assert_only_late_pauses_overran(s)
         if not late_overruns(s):
             break
@@ -211,7 +211,7 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
     else:
         pytest.skip(f"inconclusive: every run paused later than the PFC headroom allows: {late_runs}")
     pfc = s["qos"]["pfc"]
-    assert s["status"] == "ok"
+    assert s["status"] in NOTHING_FAILED
     # lossless on thresholds derived from the rates and the reaction time alone: nothing dropped
     # anywhere, no transmission lost (a rare NAK after a reordering inside Open vSwitch can still
     # make go-back-N resend: not a loss)
@@ -350,7 +350,7 @@ def test_priority_queuing_protects_allreduce_from_bulk(tmp_path):
         assert fifo["status"] == "regressed" and bound["ok"] is False, bound
     else:
         assert bound["ok"] is None and bound["why"].endswith("(it would have failed)"), bound
-    assert mix["status"] == alone["status"] == "ok"
+    assert mix["status"] in NOTHING_FAILED and alone["status"] in NOTHING_FAILED
     # in hardware time: each run gets its own D (bulk traffic is more demand, so a larger one)
     t_alone, t_mix, t_fifo = (x["dilation"]["metrics"]["iteration_s"]["hardware_s"] for x in (alone, mix, fifo))
     bulk = [b for b in mix["background"] if b["tag"] == "bulk"]
@@ -369,7 +369,7 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
     assert (run_dir / "raw" / "deadlock.json").exists()
     _, ok = run_one(tmp_path, "pfc-deadlock-torus", "controller.dateline=true")
     # completes, losslessly, with pauses and no deadlock
-    assert ok["status"] == "ok", ok["problems"]
+    assert ok["status"] in NOTHING_FAILED, ok["problems"]
     assert ok["collective"]["iterations_complete"] == 1
     assert ok["packets"]["lost"] == 0 and ok["packets"]["port_buffer_drops"] == 0, ok["packets"]
     assert ok["qos"]["pfc"]["deadlock"] is None and ok["qos"]["pfc"]["pauses"] > 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, SMALL, assert_ran, bridges, cli_argv, env_with_results, fabric_interfaces, run_dirs, \
+from helpers import NOTHING_FAILED, ROOT, SMALL, assert_ran, bridges, cli_argv, env_with_results, fabric_interfaces, run_dirs, \
     run_testbed, summary_of
 
 pytestmark = pytest.mark.root
@@ -107,7 +107,7 @@ def test_switches_keep_forwarding_when_asked_to_survive_controller_loss(tmp_path
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path / "results")
     s = summary_of(run_dir)
-    assert s["status"] == "ok" and s["collective"]["iterations_complete"] == 2
+    assert s["status"] in NOTHING_FAILED and s["collective"]["iterations_complete"] == 2
     assert s["faults"][0]["action"] == "controller_kill"
 
 
@@ -132,7 +132,7 @@ switch = "c0_0"
     assert_ran(out)
     (run_dir,) = run_dirs(tmp_path / "results")
     s = summary_of(run_dir)
-    assert s["status"] == "ok"
+    assert s["status"] in NOTHING_FAILED
     (fault,) = s["faults"]
     assert fault["switch"] == "c0_0" and len(fault["links"]) == 4 and fault["reroute_ms"] is not None
     # after the failure no route points at c0_0 any more: no flow entry of its neighbours outputs

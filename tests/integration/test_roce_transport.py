@@ -11,7 +11,7 @@ import pytest
 from scapy.contrib.roce import BTH
 from scapy.utils import rdpcap
 
-from helpers import assert_ran, run_dirs, run_testbed, summary_of
+from helpers import NOTHING_FAILED, assert_ran, run_dirs, run_testbed, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -35,7 +35,7 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
     sets = (f"workload.senders={senders}", f"workload.bytes_per_rank={per_sender}")
     run_dir, s = run_one(tmp_path / "dcqcn", "dcqcn-incast", *sets)
     tr = s["transport"]
-    assert s["status"] == "ok" and s["packets"]["lost"] == 0 and s["qos"]["queues"]["buffer_drops"] == 0
+    assert s["status"] in NOTHING_FAILED and s["packets"]["lost"] == 0 and s["qos"]["queues"]["buffer_drops"] == 0
     assert tr["cc"] == "dcqcn" and tr["cnps_sent"] > 0 and tr["rate_cuts"] > 0
     assert tr["agents"]["receiver_socket_drops"] == 0
     st = tr["steady_state"]
@@ -60,7 +60,7 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
     _, off = run_one(tmp_path / "none", "dcqcn-incast", f"workload.senders={senders}",
                      f"workload.bytes_per_rank={per_sender_off}", "transport.cc=none")
     bq_off = off["transport"]["steady_state"]["bottleneck_queue"]
-    assert off["status"] == "ok" and off["transport"]["cnps_sent"] == 0
+    assert off["status"] in NOTHING_FAILED and off["transport"]["cnps_sent"] == 0
     # without it the queue runs up to the buffer's limit (its peak over the run: the steady window
     # of an incast without CC can close while the queue drains, as in a CI run of the 8:1 case whose
     # window peaked at 14.2 MB of the 16.8 MB the run reached, dropping 6702 frames) and sits far
@@ -72,7 +72,7 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
 def test_go_back_n_completes_every_message_with_every_byte_over_a_dropping_fabric(tmp_path):
     run_dir, s = run_one(tmp_path, "lossy-fabric")
     tr, p = s["transport"], s["packets"]
-    assert s["status"] == "ok" and p["unaccounted"] == 0
+    assert s["status"] in NOTHING_FAILED and p["unaccounted"] == 0
     assert p["lost"] > 0 and s["qos"]["queues"]["buffer_drops"] > 0
     msgs = pd.read_parquet(run_dir / "messages.parquet")
     assert msgs["complete"].all() and (msgs["recv_bytes"] == msgs["bytes"]).all()

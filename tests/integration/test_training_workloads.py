@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from helpers import assert_ran, run_dirs, run_testbed, summary_of
+from helpers import NOTHING_FAILED, assert_ran, run_dirs, run_testbed, summary_of
 from testbed.traffic.packets import HEADER_BYTES
 
 pytestmark = pytest.mark.root
@@ -17,7 +17,7 @@ def run_one(tmp_path, name, *sets):
     assert_ran(out)
     run_dir = run_dirs(tmp_path)[-1]
     s = summary_of(run_dir)
-    assert s["status"] == "ok", s["problems"]
+    assert s["status"] in NOTHING_FAILED, s["problems"]
     c = s["collective"]
     assert c["iterations_complete"] == c["iterations"] >= 2 and all(t > 0 for t in c["time_s"])
     # a bound is a bound: no iteration beats it by more than the host NIC's shaper burst lets each
