@@ -16,7 +16,7 @@ met it.
     telemetry  sweeps per second over every k=4 port and the agent's CPU share (from the capacity
                run); PFC reaction from an XOFF crossing to the pause in force (incast-pfc)
     dilation   allreduce-torus, dcqcn-incast, incast-pfc and pipeline-fattree at D (auto), 2D and 4D,
-               --sweep-runs times each: every hardware-time metric against D's spread (docs/dilation.md)
+               --sweep-runs times at D and half as many at 2D and 4D: every hardware-time metric against D's spread (docs/dilation.md)
     flagship   allreduce-torus at its defaults, --runs times in a row on a quiet machine and as
                many again beside a process that keeps 25% of one core busy: the valid share, and
                in valid runs bound / measured, one-way latency p50 / minimum, machine busy, each
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     p.add_argument("--quick", action="store_true", help="fewer points (a smoke run of the suite)")
     p.add_argument("--runs", type=int, default=20, help="flagship: consecutive runs per series")
-    p.add_argument("--sweep-runs", type=int, default=3, help="dilation: runs per scenario and factor")
+    p.add_argument("--sweep-runs", type=int, default=4, help="dilation: runs per scenario at D (half as many at 2D and 4D)")
     args = p.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
     unknown = set(only) - set(BENCHES)

@@ -1176,10 +1176,11 @@ static void dl_pop(engine *E) {
     E->dl[i] = last;
 }
 
-/* The delayed frames due by now, acted on as if they arrived at their due time. */
-static int release_delayed(engine *E, int64_t now) {
+/* The delayed frames due by limit, acted on as if they arrived at their due time (now: the
+ * handlers' clock). */
+static int release_delayed(engine *E, int64_t limit, int64_t now) {
     int served = 0;
-    while (E->n_dl && E->dl[0].due <= now) {
+    while (E->n_dl && E->dl[0].due <= limit) {
         struct delayed d = E->dl[0];
         dl_pop(E);
         host_t *h = &E->hosts[d.hi];
@@ -1215,6 +1216,10 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
                 else
                     dl_push(E, hi, b, len, rx + delay);
             } else {
+                /* a pass that came late finds this frame due already: the frames that were due
+                 * before it (its own queue pair's earlier ones among them) go first, or a late
+                 * pass would reorder a queue pair and set off go-back-N */
+                if (E->n_dl && E->dl[0].due <= rx + delay && release_delayed(E, rx + delay, now) < 0) return -1;
                 dispatch(E, h, hi, b, len, rx + delay, now, 0);
             }
         }
@@ -1349,7 +1354,7 @@ static int between_turns(engine *E) {
         end_computes(E, mono_ns());
         if (serve_kicks(E) < 0) return -1;
     }
-    if (E->n_dl && E->dl[0].due <= mono_ns() && release_delayed(E, mono_ns()) < 0) return -1;
+    if (E->n_dl && E->dl[0].due <= mono_ns() && release_delayed(E, mono_ns(), mono_ns()) < 0) return -1;
     return 0;
 }
 
@@ -1467,7 +1472,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
             if (receive(E, &E->hosts[hi], hi, now) < 0) { R->reason = 4; goto done; }
         }
         n_ev = 0;
-        if (E->n_dl && release_delayed(E, mono_ns()) < 0) { R->reason = 4; goto done; }
+        if (E->n_dl && release_delayed(E, mono_ns(), mono_ns()) < 0) { R->reason = 4; goto done; }
         now = mono_ns();   /* later than every arrival just read: what follows is stamped after them */
         if (now >= next_clock) { E->clock_off = clock_offset(); next_clock = now + 100000000; }
         end_computes(E, now);
@@ -1597,7 +1602,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
                 int hi = (int)evs[i].data.u32;
                 if (receive(E, &E->hosts[hi], hi, now) < 0) { R->reason = 4; goto done; }
             }
-            if (E->n_dl && release_delayed(E, mono_ns()) < 0) { R->reason = 4; goto done; }
+            if (E->n_dl && release_delayed(E, mono_ns(), mono_ns()) < 0) { R->reason = 4; goto done; }
         }
     }
 done:
