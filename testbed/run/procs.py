@@ -28,6 +28,7 @@ class ManagedProcess:
                  cwd: str | None = None, pass_fds: tuple[int, ...] = ()):
         self.name, self.argv, self.log_path, self.env, self.cwd = name, argv, log_path, env, cwd
         self.pass_fds = pass_fds
+        self.stop_timeout_s = 5.0   # SIGTERM, then this long before SIGKILL
         self.proc: subprocess.Popen | None = None
         self.on_start = None  # callback(pid), set by whoever records what the run created
 
@@ -57,7 +58,8 @@ class ManagedProcess:
         except FileNotFoundError:
             return ""
 
-    def stop(self, timeout_s: float = 5.0) -> int | None:
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        timeout_s = self.stop_timeout_s if timeout_s is None else timeout_s
         if self.proc is None:
             return None
         if self.proc.poll() is None:

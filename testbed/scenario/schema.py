@@ -299,7 +299,8 @@ class RunSpec:
                          "every hardware time x D), or \"auto\": the smallest D at which this machine keeps up, "
                          "from its calibration (testbed calibrate), the scenario's demand and the spare CPU; "
                          "version 1 files run at 1", "dilation")
-    time_limit_s: float = spec(120.0, "traffic phase time limit, s of wall-clock time (a guard, not dilated)",
+    time_limit_s: float = spec(300.0, "traffic phase time limit, s of wall-clock time (a guard, not dilated: "
+                               "a run at a larger D takes longer, as auto picks on a busier machine)",
                                "float", 1.0, 3600.0)
     routes_ready_timeout_s: float = spec(60.0, "wait for the controller's routes, s", "float", 1.0, 600.0)
     stall_timeout_s: float = spec(3.0, "end the traffic phase after this long without progress, s of wall-clock "

@@ -388,7 +388,7 @@ def test_the_pfc_watchdog_breaks_a_deadlock_and_stops_ignoring_a_queue_once_it_d
     assert pfc["watchdog_fired"] == len(fired) > 0
     resumed = {e["port"] for e in events if e["event"] == "resume" and e["reason"] == "watchdog"}
     assert {e["port"] for e in fired} <= resumed
-    assert all(e["paused_ns"] >= 100e6 for e in fired)
+    assert all(e["paused_ns"] >= 0.1e6 * s["dilation"]["factor"] for e in fired)   # 100 us of hardware
     # an ignored row asks again once it drained: restorations, and nothing left paused at the end
     assert any(e["event"] == "watchdog_restored" for e in events)
     assert pfc["pauses"] == pfc["resumes"]
