@@ -18,20 +18,26 @@ ITERATION_REL = 0.01
 BOUND_RATIO_ABS = 0.01
 
 
+def judged_run(tmp_path_factory, name, *sets):
+    """One flagship run that reached a verdict: as make regress does, a run the machine could not
+    keep up with (inconclusive: on a VM whose CPU is stolen, the data plane was off it for 45 ms)
+    is run once more, and a second inconclusive one fails the test that needs it."""
+    for _ in range(2):
+        folder = tmp_path_factory.mktemp(name)
+        assert_ran(run_testbed(folder, "run", "allreduce-torus", *ONE, *sets, timeout=600))
+        (run_dir,) = run_dirs(folder)
+        s = summary_of(run_dir)
+        if s["status"] != "inconclusive":
+            break
+    return run_dir, s
+
+
 @pytest.fixture(scope="module")
 def two_factors(tmp_path_factory):
     """The flagship at auto D, then at 2D."""
-    out = {}
-    first = tmp_path_factory.mktemp("auto")
-    assert_ran(run_testbed(first, "run", "allreduce-torus", *ONE, timeout=600))
-    (d1,) = run_dirs(first)
-    s1 = summary_of(d1)
-    out[1] = (d1, s1)
-    second = tmp_path_factory.mktemp("double")
-    factor = s1["dilation"]["factor"] * 2
-    assert_ran(run_testbed(second, "run", "allreduce-torus", *ONE, "--set", f"run.dilation={factor:g}", timeout=600))
-    (d2,) = run_dirs(second)
-    out[2] = (d2, summary_of(d2))
+    out = {1: judged_run(tmp_path_factory, "auto")}
+    factor = out[1][1]["dilation"]["factor"] * 2
+    out[2] = judged_run(tmp_path_factory, "double", "--set", f"run.dilation={factor:g}")
     return out
 
 
