@@ -125,3 +125,33 @@ def test_the_ring_bound_pays_its_path_latency_on_every_step():
     assert with_latency == pytest.approx(plain + 2 * 15 * a, rel=1e-6)
     assert terms["binding"] == "critical_path" and "latency" in formula
     assert dag_bound(msgs, bw).critical_path_s == pytest.approx(plain, rel=1e-6)
+
+
+def test_calibration_runs_a_rung_again_only_when_steal_spoiled_it(tmp_path, monkeypatch):
+    from testbed.run import calibrate as cal
+    monkeypatch.setattr(cal, "CALIBRATION_DIR", tmp_path)
+    hw = hardware(dilation="auto")
+
+    def judge_of(outcomes):
+        """run_and_judge answering each calibration run in turn: (kept up?, steal share)"""
+        seen = []
+
+        def judge(sc, _results):
+            kept, steal = outcomes[len(seen)]
+            seen.append(sc.fabric.bw_mbps)
+            return {"run_id": f"r{len(seen)}", "status": "ok" if kept else "inconclusive",
+                    "fidelity": {"verdict": "kept_up" if kept else "could_not_keep_up", "notes": [] if kept else ["x"],
+                                 "machine_busy_fraction": 0.5, "machine_steal_fraction": steal}}
+        return judge, seen
+
+    # a rung failed under 30% steal is run again, and taken when its second run keeps up
+    judge, seen = judge_of([(False, 0.30), (True, 0.01)])
+    out = cal.calibrate(hw, judge, log=lambda *_: None)
+    assert out["faithful_mbps"] == 40 and seen == [40, 40] and len(out["tried"]) == 2
+    # on a quiet machine a failed rung is not run again: the ladder steps down
+    judge, seen = judge_of([(False, 0.01), (True, 0.0)])
+    out = cal.calibrate(hw, judge, log=lambda *_: None)
+    assert out["faithful_mbps"] == 20 and seen == [40, 20]
+    # a rung that failed twice under steal is left too
+    judge, seen = judge_of([(False, 0.2), (False, 0.2), (True, 0.2)])
+    assert cal.calibrate(hw, judge, log=lambda *_: None)["faithful_mbps"] == 20 and seen == [40, 40, 20]
