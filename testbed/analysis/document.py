@@ -59,7 +59,7 @@ def _fidelity(fid: dict) -> list[tuple]:
             ("criterion", f"each busy link >= {_num(lf.get('min_share'), '{:.0%}')} of its backlogged "
                           f"windows of max({_num(lf.get('min_window_ms'))} ms, {_num(lf.get('window_frames'))} "
                           f"frame times) within {_num(lf.get('tolerance'), '{:.0%}')} of its rate plus one "
-                          f"{_num(lf.get('frame_bytes'))} B frame, and its whole backlogged time within "
+                          f"{_num(lf.get('frame_bytes'))} B frame, and all its windows together within "
                           f"{_num(lf.get('tolerance'), '{:.0%}')}"),
             ("machine CPU idle / busy / steal", f"{_num(fid.get('machine_cpu_idle_fraction'), '{:.0%}')} / "
                                                 f"{_num(fid.get('machine_busy_fraction'), '{:.0%}')} / "

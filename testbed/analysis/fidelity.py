@@ -137,7 +137,7 @@ def _link_notes(link_fid: dict) -> list[str]:
         worst = max(slow, key=lambda c: abs(c["drain_ratio"] - 1))
         notes.append(
             f"{len(slow)} of {link_fid['busy_links']} busy links drained at more than "
-            f"{link_fid['tolerance']:.0%} from their rate over all their backlogged time (worst "
+            f"{link_fid['tolerance']:.0%} from their rate over all their backlogged windows (worst "
             f"{worst['port']}: {worst['drain_ratio']:.3f} of its rate)")
     if not notes:
         # invalid for a reason neither rule names (kept so that the verdict cannot pass it by)

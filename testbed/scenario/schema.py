@@ -317,7 +317,7 @@ class RunSpec:
     fidelity_tolerance: float = spec(0.03, "fidelity: how far from rate x window a backlogged window of "
                                      "max(1 ms, 20 frame times) may drain, plus one frame (the counter's "
                                      "quantum), and how far from the rate a link may drain over all its "
-                                     "backlogged time", "float", 0.0, 1.0)
+                                     "windows together", "float", 0.0, 1.0)
     report: bool = spec(True, "analysis: draw the plots and write report.md and report.html", "bool")
     measure_alone: bool = spec(True, "jobs: before the jobs run together, run each alone on the same fabric, so "
                                "that summary.jobs.<name>.slowdown compares the two in the same invocation", "bool")

@@ -45,7 +45,7 @@ def test_a_link_slowed_to_93_percent_from_outside_makes_the_run_invalid(tmp_path
     c = links[BOTTLENECK]
     assert c["drain_ratio"] == pytest.approx(0.93, abs=0.02), c
     assert BOTTLENECK in fid["links"]["failing_links"] and not c["drain_ratio_ok"]
-    assert not fid["valid"] and any("from their rate over all their backlogged time" in n for n in fid["notes"])
+    assert not fid["valid"] and any("from their rate over all their backlogged windows" in n for n in fid["notes"])
     assert "FIDELITY INVALID" in out and "INCONCLUSIVE" in out
 
 

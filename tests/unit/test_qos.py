@@ -37,9 +37,14 @@ def test_strict_and_weighted_htb_layouts():
     strict = qos.port_layout(load_scenario("allreduce-torus")).htb_classes(100e6)
     assert [c.prio for c in strict] == [0, 1, 2] and all(c.ceil_bps == 100e6 for c in strict)
     assert all(c.rate_bps <= 100e6 * 0.01 for c in strict)
-    weighted = qos.port_layout(load_scenario("allreduce-torus", ["qos.scheduling=weighted"])).htb_classes(100e6)
-    assert len({c.prio for c in weighted}) == 1
-    assert sum(c.rate_bps for c in weighted) == pytest.approx(100e6)
+    sc = load_scenario("two-jobs-fattree")
+    weighted = qos.port_layout(sc).htb_classes(100e6)
+    assert len({c.prio for c in weighted}) == 1 and all(c.ceil_bps == 100e6 for c in weighted)
+    # the weights split what the classes borrow (DRR quanta); no class sends on a share of its own,
+    # which HTB's parent could not hold back (the port drained above its rate)
+    assert [c.quantum_bytes for c in weighted] == [c.weight * qos.frame_bytes(sc) for c in sc.classes]
+    assert [c.weight for c in sc.classes] == [1, 8, 1]
+    assert sum(c.rate_bps for c in weighted) <= 100e6 * 0.01
 
 
 def test_pfc_thresholds_leave_headroom_for_every_upstream():
