@@ -188,13 +188,21 @@ class PortManager:
         return {"rate": f"{PAUSED_RATE_BPS}bit", "burst": self.config.mtu_bytes + 14, "limit": running["limit"]}
 
     def htb_class(self, p: Port, cls: int, burst: int | None = None) -> dict:
-        """The HTB class of a leaf (its rate, ceil, priority and bucket), as configure() sets it;
-        burst: another bucket for both its burst and cburst."""
+        """The HTB class of a leaf (its rate, ceil, priority and buckets), as configure() sets it;
+        burst: another bucket for its ceil (cburst).
+
+        The bucket of the leaf's own rate holds one frame. HTB serves a class from its own bucket
+        ahead of every class that borrows, and its parent cannot hold it back: with the port's
+        60 KiB there, each class began the run able to send 60 KiB past the port's rate, which the
+        port then paid back as a hole (dateline-torus: 11 ms without a frame on s0_0-eth2, 50 ms
+        into every run, its queues full). All but that frame is borrowed from class 1:1, whose
+        bucket is the port's burst."""
         c = self.config
         hc = c.layout.htb_classes(p.bw_mbps * 1e6)[cls]
         b = burst or (c.htb_burst_bytes if p.is_switch else c.nic_burst_bytes)
         return {"rate": f"{hc.rate_bps:.0f}bit", "ceil": f"{hc.ceil_bps:.0f}bit", "prio": hc.prio,
-                "quantum": hc.quantum_bytes, "burst": b, "cburst": b, "mtu": c.mtu_bytes + 14}
+                "quantum": hc.quantum_bytes, "burst": min(b, c.layout.frame_bytes), "cburst": b,
+                "mtu": c.mtu_bytes + 14}
 
     def leaves(self) -> tuple[LeafSpec, ...]:
         """Every (port, class) leaf, as the switch agent needs it to pause and resume it. A paused
