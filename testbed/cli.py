@@ -251,7 +251,7 @@ def cmd_regress(args) -> int:
         if isinstance(v, list):
             return "[" + ", ".join(num(x) for x in v) + "]"
         return f"{v:.4g}" if isinstance(v, float) else str(v)
-    verdicts, failed, not_judged = {}, {}, {}
+    verdicts, failed, not_judged, no_verdict = {}, {}, {}, {}
     for n in names:
         run_dir, s = _run_faithfully(n, args.set)
         rows = []
@@ -278,12 +278,15 @@ def cmd_regress(args) -> int:
         not_judged[n] = [r[0] for r in rows if r[4] == "not judged"]
         verdicts[n] = regress.verdict(failed[n], s["fidelity"]["verdict"] == "kept_up",
                                       regress.lost_to_the_emulator(s))
+        if verdicts[n] == "inconclusive":
+            no_verdict[n] = s["fidelity"]["notes"] or s["problems"]
         for r in rows:
             color = "green" if r[4] == "ok" else "red"
             table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")
         table.add_row(n, "[bold]run[/]", "", "", run_dir.name, f"[bold]{verdicts[n]}[/]")
     console.print(table)
-    summary = {"verdicts": verdicts, "sets": args.set, "failed": failed, "not_judged": not_judged}
+    summary = {"verdicts": verdicts, "sets": args.set, "failed": failed, "not_judged": not_judged,
+               "no_verdict": no_verdict}
     print(json.dumps(summary), flush=True)  # one machine-readable line, never wrapped
     if any(v == "regressed" for v in verdicts.values()):
         return 1
