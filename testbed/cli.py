@@ -185,15 +185,22 @@ def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
 
 
 def _run_faithfully(name: str, sets: list[str]) -> tuple[Path, dict]:
-    """A run, and once more if the machine could not emulate it faithfully: the second is kept
-    either way (baseline and regress call it inconclusive if it fell behind too)."""
-    for attempt in (1, 2):
+    """A run, and more if the machine could not emulate it faithfully (testbed.run.calibrate.run_again:
+    once more, then while the hypervisor stole from the runs); the last is kept either way (baseline
+    and regress call it inconclusive if it fell behind too)."""
+    from testbed.run.calibrate import run_again
+    runs = 0
+    while True:
         run_dir, summary = _run_and_analyze(name, sets)
+        runs += 1
         if summary["fidelity"]["verdict"] == "kept_up":
-            break
-        console.print(f"[yellow]{name}: the emulation could not keep up ({'; '.join(summary['fidelity']['notes'])})"
-                      f"{', running it once more' if attempt == 1 else ''}[/]")
-    return run_dir, summary
+            return run_dir, summary
+        again = run_again(runs, summary)
+        steal = summary["fidelity"].get("machine_steal_fraction") or 0.0
+        console.print(f"[yellow]{name}: the emulation could not keep up (run {runs}, steal {steal:.0%}: "
+                      f"{'; '.join(summary['fidelity']['notes'])}){', running it once more' if again else ''}[/]")
+        if not again:
+            return run_dir, summary
 
 
 def cmd_baseline(args) -> int:
@@ -235,8 +242,8 @@ def cmd_baseline(args) -> int:
 
 def cmd_regress(args) -> int:
     """Run each regression scenario, check its expectations and compare it with its baseline; a
-    run whose fidelity fails is run once more, and is inconclusive, never a pass, if it fails
-    again. A broken policy metric (marks, pauses, drops, losses, status) is a regression even then;
+    run whose fidelity fails is run again (once, then while steal spoiled it: _run_faithfully), and
+    is inconclusive, never a pass, if the last fails too. A broken policy metric (marks, pauses, drops, losses, status) is a regression even then;
     a slower time or a longer queue on such a run is inconclusive (testbed.regress.baselines.verdict)."""
     from testbed.regress import limits
     from testbed.regress import baselines as regress

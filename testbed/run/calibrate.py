@@ -51,6 +51,25 @@ MARGIN = 2.5
 # 40 to 5 Mb/s failed the 4x4 torus, which had kept up at 20 Mb/s an hour before, and auto's D came
 # out 8x too large). On a quiet machine a failed rung is not run again.
 RETRY_STEAL_FRACTION = 0.05
+# A run that reached no verdict is run again (testbed regress and baseline, the root tests that need
+# a verdict): once whatever the reason, then while the hypervisor stole over RETRY_STEAL_FRACTION of
+# the CPU from it, up to MAX_RUNS in all (2026-12-02, a sweep of the 22 shipped scenarios: four of
+# the six that did not keep up lost 15-26% of the CPU to steal, the other two 1.6% and 5.3%; of the
+# 16 that kept up, 12 lost under 10%).
+MAX_RUNS = 4
+
+
+def stolen(summary: dict) -> bool:
+    """Whether the hypervisor stole more of the CPU than a measurement can stand during a run."""
+    return (summary["fidelity"].get("machine_steal_fraction") or 0.0) > RETRY_STEAL_FRACTION
+
+
+def run_again(runs: int, summary: dict) -> bool:
+    """After `runs` runs, the last of which is `summary`: whether to run once more for a verdict."""
+    if summary["fidelity"]["verdict"] == "kept_up" or runs >= MAX_RUNS:
+        return False
+    return runs == 1 or stolen(summary)
+
 # the policy a calibration runs: the default classes with ECN marking, and PFC as the scenario has
 # it: with PFC the switch agent polls every queue at 2 kHz, which costs a 4x4 torus half its
 # faithful rate (measured: 5 Mb/s with PFC on, 20 Mb/s off)
@@ -174,7 +193,7 @@ def calibrate(sc: Scenario, run_and_judge, log) -> dict:
                 faithful = rate
                 break
             log(f"  not kept up at {rate:g} Mb/s (steal {steal:.0%}): {(fid['notes'] or ['-'])[0][:160]}")
-            if steal <= RETRY_STEAL_FRACTION:
+            if not stolen(s):
                 break
         if faithful is not None:
             break

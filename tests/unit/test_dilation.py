@@ -155,3 +155,16 @@ def test_calibration_runs_a_rung_again_only_when_steal_spoiled_it(tmp_path, monk
     # a rung that failed twice under steal is left too
     judge, seen = judge_of([(False, 0.2), (False, 0.2), (True, 0.2)])
     assert cal.calibrate(hw, judge, log=lambda *_: None)["faithful_mbps"] == 20 and seen == [40, 40, 20]
+
+
+def test_a_run_without_a_verdict_is_run_again_once_then_only_while_stolen_from():
+    from testbed.run.calibrate import MAX_RUNS, run_again
+
+    def summary(kept, steal):
+        return {"fidelity": {"verdict": "kept_up" if kept else "could_not_keep_up", "machine_steal_fraction": steal}}
+    assert not run_again(1, summary(True, 0.5))            # a verdict: done, whatever the steal
+    assert run_again(1, summary(False, 0.0))               # once more, whatever the reason
+    assert not run_again(2, summary(False, 0.01))          # a quiet machine's second no is final
+    assert run_again(2, summary(False, 0.2)) and run_again(MAX_RUNS - 1, summary(False, 0.2))
+    assert not run_again(MAX_RUNS, summary(False, 0.2))    # and never past MAX_RUNS
+    assert run_again(2, {"fidelity": {"verdict": "could_not_keep_up"}}) is False   # steal unknown: not stolen
