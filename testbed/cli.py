@@ -243,7 +243,8 @@ def cmd_baseline(args) -> int:
 def cmd_regress(args) -> int:
     """Run each regression scenario, check its expectations and compare it with its baseline; a
     run whose fidelity fails is run again (once, then while steal spoiled it: _run_faithfully), and
-    is inconclusive, never a pass, if the last fails too. A broken policy metric (marks, pauses, drops, losses, status) is a regression even then;
+    is inconclusive, never a pass, if the last fails too. A broken policy metric (marks, pauses,
+    drops, losses, status) is a regression even then;
     a slower time or a longer queue on such a run is inconclusive (testbed.regress.baselines.verdict)."""
     from testbed.regress import limits
     from testbed.regress import baselines as regress

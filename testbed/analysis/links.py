@@ -15,7 +15,8 @@ together the link must also drain at its rate within the tolerance, which judges
 little slow. Not over every backlogged interval: a backlog shorter than a window ends in the interval
 its last frame arrives in, which is not backlogged at its end, so each short backlog loses up to a
 frame of its drain to the count (a perfect 5 Mb/s link fed bursts of 2-11 frames measured 0.84 of
-its rate that way, and two-jobs-fattree's core port 0.90 with every window at 1.00). A busy link is one with enough windows to judge. Pure functions of tables,
+its rate that way, and two-jobs-fattree's core port 0.90 with every window at 1.00). A busy link is
+one with enough windows to judge. Pure functions of tables,
 so they are tested on constructed series.
 """
 from __future__ import annotations
