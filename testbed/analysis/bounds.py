@@ -7,9 +7,10 @@ No schedule of the DAG on a fabric of links at rate B can finish sooner than the
 - the busiest host's compute (a host runs its compute steps one at a time).
 With a fabric that has propagation and switch latency, every transfer also takes its path's
 latency (REFERENCE.md's alpha-beta cost: the ring's 2(N-1) steps each pay it once).
-Payload bytes only: the headers a run adds make it slower, never faster. The host NIC's shaper
-lets two frames out back to back after an idle spell, so a run can beat the bound by up to two
-frame times per transfer on its critical path (REFERENCE.md's cost model has no such burst).
+Payload bytes only: the headers a run adds make it slower, never faster. The shapers' bursts
+(the host NIC's two frames after an idle spell) do not make a transfer shorter than its frame
+times: the receiving NIC's delay line serialises every frame on its link at line rate, as the
+hardware's wire does (testbed/traffic/nic/nicdp.c, wire_in).
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ below is given in hardware units first, with the emulated value it came from bes
 
 The emulator's own forwarding latency (Open vSwitch, the veths, the kernel's softirq work) is
 not dilated: its share of each hardware event shrinks by D. It is estimated per queue pair as
-the least one-way latency of its data frames less the path latency the delay line added
-(serialisation hides in the shapers' bursts), per switch on its path; the least over queue pairs
+the least one-way latency of its data frames less the path latency the delay line added and the
+frame's own time on the receiving NIC's link (its bytes at line rate: the delay line serialises
+every frame there), per switch on its path; the least over queue pairs
 (in an incast or behind a pause every frame of a queue pair may have queued: that is the
 fabric's, not the emulator's), / D, is held against the configured per-hop latency (link delay
 plus switch latency): over MAX_EMULATOR_SHARE of it, the emulator, not the fabric, sets the
@@ -32,10 +33,13 @@ def _scaled(v, k):
 def emulator_latency(pkts: pd.DataFrame, plan: dict, fabric_links, factor: float, hw_per_hop_ns: float) -> dict:
     """The emulator's own per-hop latency (see the module's docstring)."""
     flows = {f["id"]: f for f in plan["flows"]}
+    bw = {h["name"]: h.get("bw_bps") or 0.0 for h in plan.get("hosts", [])}
     got = pkts[pkts["rx_ns"].notna() & pkts["depart_ns"].notna()]
     per_flow = []
     if not got.empty:
-        lat = (got["rx_ns"].astype("int64") - got["depart_ns"].astype("int64")).groupby(got["flow"]).min()
+        dst_bps = got["flow"].map({i: bw.get(f["dst"], 0.0) for i, f in flows.items()}).astype(float)
+        wire_ns = (got["bytes"].astype(float) * 8e9 / dst_bps).where(dst_bps > 0, 0.0)
+        lat = (got["rx_ns"].astype("int64") - got["depart_ns"].astype("int64") - wire_ns).groupby(got["flow"]).min()
         for flow, least_ns in lat.items():
             f = flows.get(int(flow))
             if f is None:

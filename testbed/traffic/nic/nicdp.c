@@ -545,6 +545,7 @@ typedef struct {
     unsigned char *ring;             /* PACKET_RX_RING */
     size_t ring_bytes;
     unsigned ring_frame, ring_frames, ring_idx;
+    int64_t rx_wire_free_ns;         /* the receive link: when its last frame's last bit came in */
 } host_t;
 
 typedef struct {
@@ -617,10 +618,12 @@ typedef struct {
 } engine;
 
 /* A received frame in the delay line: what the handlers read of it (headers and the payload
- * stamp; an ACK or CNP whole), its length on the wire and its due time, which becomes its
- * arrival time. With ICRC checking, the check ran when it entered. */
+ * stamp; an ACK or CNP whole), its length on the wire and its due time. A frame waits twice: until
+ * its path's latency has passed (it reaches the receive link, wired 0), then until the receive link
+ * has serialised it at the NIC's line rate behind the frames that reached it first (wired 1); the
+ * second due time becomes its arrival time. With ICRC checking, the check ran when it entered. */
 #define DL_SNAP 80
-struct delayed { int64_t due; int32_t hi, len; unsigned char b[DL_SNAP]; };
+struct delayed { int64_t due; int32_t hi, len, wired, _pad; unsigned char b[DL_SNAP]; };
 
 static void heap_push(engine *E, int64_t t, int32_t m) {
     int i = E->n_heap++;
@@ -1124,42 +1127,46 @@ static void dispatch(engine *E, host_t *h, int hi, unsigned char *b, int len, in
 }
 
 /* The path latency a received frame still owes: its flow's (data carries the flow in its stamp,
- * ACKs, NAKs and CNPs in their QPN); 0 for a frame no flow claims (the handlers count it). */
+ * ACKs, NAKs and CNPs in their QPN); -1 for a frame no flow claims (the handlers count it). */
 static int64_t frame_delay(engine *E, const unsigned char *b, int len, int hi) {
     const nic_plan *P = E->P;
-    if (!P->flow_delay_ns) return 0;
     int op = b[BTH_OFF];
     int64_t flow;
     if (op == OP_ACK || op == OP_CNP) {
         flow = (int64_t)(get32(b + BTH_OFF + 4) & 0xFFFFFF) - QPN_BASE;
-        if (flow < 0 || flow >= P->n_flows || P->flow_src[flow] != hi) return 0;
+        if (flow < 0 || flow >= P->n_flows || P->flow_src[flow] != hi) return -1;
     } else {
-        if (len < HDR_LEN) return 0;
+        if (len < HDR_LEN) return -1;
         flow = get32(b + PAYLOAD_OFF + 4);
-        if (flow >= P->n_flows || P->flow_dst[flow] != hi) return 0;
+        if (flow >= P->n_flows || P->flow_dst[flow] != hi) return -1;
     }
-    return P->flow_delay_ns[flow];
+    return P->flow_delay_ns ? P->flow_delay_ns[flow] : 0;
 }
 
-static void dl_push(engine *E, int hi, const unsigned char *b, int len, int64_t due) {
+static void dl_insert(engine *E, const struct delayed *d) {
     if (E->n_dl == E->cap_dl) {
         int cap = E->cap_dl ? 2 * E->cap_dl : 1024;
         struct delayed *dl = realloc(E->dl, (size_t)cap * sizeof *dl);
-        if (!dl) { E->R->host_stats[hi * HS_N + HS_STRAY]++; return; }   /* no memory: the frame is lost */
+        if (!dl) { E->R->host_stats[d->hi * HS_N + HS_STRAY]++; return; }   /* no memory: the frame is lost */
         E->dl = dl; E->cap_dl = cap;
     }
     int i = E->n_dl++;
     while (i > 0) {
         int p = (i - 1) / 2;
-        if (E->dl[p].due <= due) break;
+        if (E->dl[p].due <= d->due) break;
         E->dl[i] = E->dl[p];
         i = p;
     }
-    struct delayed *d = &E->dl[i];
-    d->due = due; d->hi = hi; d->len = len;
-    memcpy(d->b, b, len < DL_SNAP ? len : DL_SNAP);
-    E->delayed_total++;
+    E->dl[i] = *d;
     if (E->n_dl > E->delayed_max) E->delayed_max = E->n_dl;
+}
+
+static void dl_push(engine *E, int hi, const unsigned char *b, int len, int64_t due) {
+    struct delayed d;
+    d.due = due; d.hi = hi; d.len = len; d.wired = 0; d._pad = 0;
+    memcpy(d.b, b, len < DL_SNAP ? len : DL_SNAP);
+    dl_insert(E, &d);
+    E->delayed_total++;
 }
 
 static void dl_pop(engine *E) {
@@ -1176,6 +1183,20 @@ static void dl_pop(engine *E) {
     E->dl[i] = last;
 }
 
+/* A frame that reached host hi's receive link at t: when its last bit is in. The link carries one
+ * frame at a time at the NIC's line rate, in the order frames reach it. The shapers upstream
+ * release a burst back to back after an idle spell (the host NIC's two frames, a switch port's
+ * bucket), where a hardware link spaces them a frame time apart: here they are spaced again, and
+ * each frame takes its own frame time, so a transfer of n frames takes n frame times plus its
+ * path's latency, as it does in hardware (docs/dilation.md). */
+static int64_t wire_in(engine *E, int hi, int len, int64_t t) {
+    host_t *h = &E->hosts[hi];
+    if (h->bw_bps <= 0) return t;
+    int64_t start = t > h->rx_wire_free_ns ? t : h->rx_wire_free_ns;
+    h->rx_wire_free_ns = start + (int64_t)(len * 8e9 / h->bw_bps);
+    return h->rx_wire_free_ns;
+}
+
 /* The delayed frames due by limit, acted on as if they arrived at their due time (now: the
  * handlers' clock). */
 static int release_delayed(engine *E, int64_t limit, int64_t now) {
@@ -1183,6 +1204,14 @@ static int release_delayed(engine *E, int64_t limit, int64_t now) {
     while (E->n_dl && E->dl[0].due <= limit) {
         struct delayed d = E->dl[0];
         dl_pop(E);
+        if (!d.wired) {
+            /* back in line by its new due time even when that has passed too: frames wired
+             * before it may still be waiting, and a queue pair must not be reordered */
+            d.due = wire_in(E, d.hi, d.len, d.due);
+            d.wired = 1;
+            dl_insert(E, &d);
+            continue;
+        }
         host_t *h = &E->hosts[d.hi];
         dispatch(E, h, d.hi, d.b, d.len, d.due, now, 1);
         if (h->n_reply == BATCH && flush_replies(E, h, d.hi) < 0) return -1;
@@ -1209,18 +1238,17 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
         } else {
             int64_t delay = frame_delay(E, b, len, hi);
             int data = b[BTH_OFF] != OP_ACK && b[BTH_OFF] != OP_CNP;
-            if (delay > 0 && rx + delay > now) {
-                /* a RoCE NIC drops a corrupt frame on arrival: checked before it waits */
+            if (delay >= 0) {
+                /* a RoCE NIC drops a corrupt frame on arrival: checked before it waits. A frame
+                 * found due already (a pass came late) still waits its turn on the receive link
+                 * behind those that reached it first: released below, in due order, so a late
+                 * pass does not reorder a queue pair and set off go-back-N */
                 if (data && E->P->verify_icrc && len >= HDR_LEN + ICRC_LEN && !icrc_ok(b, len))
                     E->R->host_stats[hi * HS_N + HS_ICRC]++;
                 else
                     dl_push(E, hi, b, len, rx + delay);
             } else {
-                /* a pass that came late finds this frame due already: the frames that were due
-                 * before it (its own queue pair's earlier ones among them) go first, or a late
-                 * pass would reorder a queue pair and set off go-back-N */
-                if (E->n_dl && E->dl[0].due <= rx + delay && release_delayed(E, rx + delay, now) < 0) return -1;
-                dispatch(E, h, hi, b, len, rx + delay, now, 0);
+                dispatch(E, h, hi, b, len, rx, now, 0);   /* no flow claims it: the handlers count it */
             }
         }
         __atomic_store_n(&t->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
@@ -1228,6 +1256,7 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
         if (h->n_reply == BATCH && flush_replies(E, h, hi) < 0) return -1;
         served++;
     }
+    if (E->n_dl && E->dl[0].due <= now && release_delayed(E, now, now) < 0) return -1;
     /* the NICs that the arrivals gave work start before this host's replies go out */
     if (serve_kicks(E) < 0) return -1;
     if (h->n_reply && flush_replies(E, h, hi) < 0) return -1;
