@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 
 TX = struct.Struct("<IIIqqIBB2x")    # msg, seq, psn, tx_ns, depart_ns, frame_bytes, flags (1: retx), NIC class
-RX = struct.Struct("<IIqqIBBB5x")    # msg, seq, tx_ns, rx_ns, frame_bytes, ecn, accepted, dscp
+RX = struct.Struct("<IIqqIBBBIx")    # msg, seq, tx_ns, rx_ns, frame_bytes, ecn, accepted, dscp, link_ns
 TX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("psn", "<u4"), ("tx_ns", "<i8"), ("depart_ns", "<i8"),
                      ("frame_bytes", "<u4"), ("flags", "u1"), ("cls", "u1"), ("_pad", "V2")])
 RX_DTYPE = np.dtype([("msg", "<u4"), ("seq", "<u4"), ("tx_ns", "<i8"), ("rx_ns", "<i8"),
                      ("frame_bytes", "<u4"), ("ecn", "u1"), ("accepted", "u1"), ("dscp", "u1"),
-                     ("_pad", "V5")])
+                     ("link_ns", "<u4"), ("_pad", "V1")])
 assert TX.size == TX_DTYPE.itemsize and RX.size == RX_DTYPE.itemsize
 
 CHUNK_RECORDS = 8192

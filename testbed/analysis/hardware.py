@@ -7,12 +7,13 @@ below is given in hardware units first, with the emulated value it came from bes
 The emulator's own forwarding latency (Open vSwitch, the veths, the kernel's softirq work) is
 not dilated: its share of each hardware event shrinks by D. It is estimated per queue pair as
 the least one-way latency of its data frames less the path latency the delay line added and the
-frame's own time on the receiving NIC's link (its bytes at line rate: the delay line serialises
-every frame there), per switch on its path; the least over queue pairs
-(in an incast or behind a pause every frame of a queue pair may have queued: that is the
-fabric's, not the emulator's), / D, is held against the configured per-hop latency (link delay
-plus switch latency): over MAX_EMULATOR_SHARE of it, the emulator, not the fabric, sets the
-latency and the fidelity verdict says the run could not keep up.
+frame's time on the receiving NIC's link (`link_ns`: its wait there behind the frames ahead of
+it, which a shaper's burst keeps a frame or two long for as long as a stream lasts, and its own
+frame time; both are the fabric's), per switch on its path. The least over queue pairs (in an
+incast or behind a pause every frame of a queue pair may have queued: that is the fabric's, not
+the emulator's), / D, is held against the configured per-hop latency (link delay plus switch
+latency): over MAX_EMULATOR_SHARE of it, the emulator, not the fabric, sets the latency and the
+fidelity verdict says the run could not keep up.
 """
 from __future__ import annotations
 
@@ -33,13 +34,11 @@ def _scaled(v, k):
 def emulator_latency(pkts: pd.DataFrame, plan: dict, fabric_links, factor: float, hw_per_hop_ns: float) -> dict:
     """The emulator's own per-hop latency (see the module's docstring)."""
     flows = {f["id"]: f for f in plan["flows"]}
-    bw = {h["name"]: h.get("bw_bps") or 0.0 for h in plan.get("hosts", [])}
     got = pkts[pkts["rx_ns"].notna() & pkts["depart_ns"].notna()]
     per_flow = []
     if not got.empty:
-        dst_bps = got["flow"].map({i: bw.get(f["dst"], 0.0) for i, f in flows.items()}).astype(float)
-        wire_ns = (got["bytes"].astype(float) * 8e9 / dst_bps).where(dst_bps > 0, 0.0)
-        lat = (got["rx_ns"].astype("int64") - got["depart_ns"].astype("int64") - wire_ns).groupby(got["flow"]).min()
+        link = got["link_ns"].astype("float64").fillna(0.0) if "link_ns" in got else 0.0
+        lat = (got["rx_ns"].astype("float64") - got["depart_ns"].astype("float64") - link).groupby(got["flow"]).min()
         for flow, least_ns in lat.items():
             f = flows.get(int(flow))
             if f is None:

@@ -144,11 +144,14 @@ def packet_table(rf: RunFolder, messages: pd.DataFrame) -> pd.DataFrame:
     rx = pd.DataFrame(records.read(rf.rx, records.RX_DTYPE)).drop(columns="_pad")
     # the send time in each packet's stamp identifies the transmission, retransmissions included
     rx = rx.drop_duplicates(["msg", "seq", "tx_ns"])
-    df = tx.merge(rx[["msg", "seq", "tx_ns", "rx_ns", "ecn", "accepted", "dscp"]], on=["msg", "seq", "tx_ns"],
+    df = tx.merge(rx[["msg", "seq", "tx_ns", "rx_ns", "link_ns", "ecn", "accepted", "dscp"]], on=["msg", "seq", "tx_ns"],
                   how="left")
     df["flow"] = messages["flow"].to_numpy()[df["msg"].to_numpy()]
     df = df.rename(columns={"frame_bytes": "bytes"})
     df["rx_ns"] = df["rx_ns"].astype("Int64")
+    # from reaching the receiving NIC's link to its last bit in: the wait behind the frames ahead
+    # of it there and its own frame time (the delay line's second wait; 0 in runs before it)
+    df["link_ns"] = df["link_ns"].astype("Int64")
     for col in ("ecn", "dscp"):
         df[col] = df[col].astype("UInt8")
     df["accepted"] = df["accepted"].astype("boolean")
@@ -160,7 +163,7 @@ def packet_table(rf: RunFolder, messages: pd.DataFrame) -> pd.DataFrame:
     df["latency_ns"] = df["rx_ns"] - depart
     df["nic_queue_ns"] = depart - df["tx_ns"]
     return df[["flow", "msg", "seq", "psn", "retransmit", "cls", "tx_ns", "depart_ns", "rx_ns", "latency_ns",
-               "nic_queue_ns", "bytes", "ecn", "dscp", "accepted"]]
+               "nic_queue_ns", "link_ns", "bytes", "ecn", "dscp", "accepted"]]
 
 
 def add_wire_times(msgs: pd.DataFrame, pkts: pd.DataFrame) -> None:

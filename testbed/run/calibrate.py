@@ -19,12 +19,14 @@ the calibration had against what is spare now (measured at start), rounded up to
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import json
 import math
 import os
 import platform
+import re
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -117,15 +119,44 @@ def machine_key() -> dict:
 CODE_DIRS = ("testbed", "controllers", "topologies")
 
 
+def _code_text(path: Path) -> bytes:
+    """What of a source file the emulation runs: a Python module's syntax tree without its
+    docstrings, a C file without its comments and with its spacing collapsed, anything else as it
+    is."""
+    text = path.read_bytes()
+    if path.suffix == ".py":
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return text
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+                body[:1] = [] if len(body) > 1 else [ast.Pass()]
+        return ast.dump(tree).encode()
+    if path.suffix in (".c", ".h"):
+        return re.sub(rb"\s+", b" ", C_COMMENT.sub(b" ", text)).strip()
+    return text
+
+
+C_COMMENT = re.compile(rb"/\*.*?\*/|//[^\n]*", re.S)
+
+
 def code_version() -> str:
-    """The emulating code's version: its trees at HEAD and any uncommitted change to them (a
-    commit's own hash would make every commit, a doc's too, measure the machine again)."""
-    git = ["git", "-C", str(PROJECT_ROOT)]
-    trees = subprocess.run(git + ["rev-parse", *(f"HEAD:{d}" for d in CODE_DIRS)], capture_output=True, text=True)
-    if trees.returncode != 0:
+    """The emulating code's version: a hash of its files as the working tree has them, without
+    comments and docstrings (a commit's own hash would make every commit, a doc's too, measure the
+    machine again; so would a comment reworded)."""
+    files = subprocess.run(["git", "-C", str(PROJECT_ROOT), "ls-files", "-z", "--", *CODE_DIRS],
+                           capture_output=True)
+    if files.returncode != 0:
         return probe.git_commit() or "unknown"
-    diff = subprocess.run(git + ["diff", "HEAD", "--", *CODE_DIRS], capture_output=True).stdout
-    return hashlib.sha1(trees.stdout.encode() + diff).hexdigest()
+    h = hashlib.sha1()
+    for name in sorted(f for f in files.stdout.decode().split("\0") if f):
+        path = PROJECT_ROOT / name
+        if path.is_file():
+            h.update(name.encode() + b"\0" + _code_text(path) + b"\0")
+    return h.hexdigest()
 
 
 def cache_file(sc: Scenario) -> tuple[Path, dict]:

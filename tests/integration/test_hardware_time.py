@@ -83,14 +83,16 @@ def test_the_delay_line_adds_each_paths_latency(two_factors):
     bw = {h["name"]: h["bw_bps"] for h in plan["hosts"]}
     dst = {f["id"]: f["dst"] for f in plan["flows"]}
     pkts["dst"] = pkts["flow"].map(dst)
-    # each frame's own time on the receiving link, at line rate (its last bit is in a frame time
-    # after its first), less the nanosecond the engine's integer times may round away
+    # each frame's own time on the wire, at line rate (its last bit is in a frame time after its
+    # first), less the nanosecond the engine's integer times may round away
     pkts["wire_ns"] = pkts["bytes"] * 8e9 / pkts["dst"].map(bw) - 1
     one_way = (pkts["rx_ns"] - pkts["depart_ns"]).astype(float)
     assert (one_way >= 2500 * factor + pkts["wire_ns"]).all()
-    # the receiving link takes one frame at a time: however the shapers upstream burst, no NIC
-    # receives faster than its line rate
-    for _, g in pkts[pkts["rx_ns"].notna()].sort_values("rx_ns").groupby("dst"):
+    got = pkts[pkts["rx_ns"].notna()]
+    assert (got["link_ns"].astype(float) >= got["wire_ns"]).all()
+    # each frame's last bit comes a frame time after the last bit of its queue pair's frame before
+    # it: however the host NIC's shaper bursts, no queue pair arrives faster than line rate
+    for _, g in pkts[pkts["rx_ns"].notna()].sort_values("rx_ns").groupby("flow"):
         assert (g["rx_ns"].diff().iloc[1:].astype(float) >= g["wire_ns"].iloc[1:]).all()
     engine = json.loads((d1 / "raw" / "engine.json").read_text())
     assert engine["delayed_frames"] >= len(pkts)   # every data frame, and the ACKs back

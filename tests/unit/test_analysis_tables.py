@@ -30,10 +30,10 @@ def raw(tmp_path):
     tx.add(1, 0, 0, T0 + 200, T0 + 300, 600, 0, 2)
     tx.close()
     rx = records.RecordWriter(raw / "rx.bin", records.RX)
-    rx.add(0, 0, T0 + 0, T0 + 400, 1000, 0, 1, 26)
-    rx.add(0, 1, T0 + 5000, T0 + 5300, 1000, 3, 1, 26)   # only the resend arrived, CE-marked
-    rx.add(1, 0, T0 + 200, T0 + 900, 600, 0, 1, 0)
-    rx.add(1, 0, T0 + 200, T0 + 950, 600, 0, 0, 0)       # the same transmission seen twice
+    rx.add(0, 0, T0 + 0, T0 + 400, 1000, 0, 1, 26, 100)
+    rx.add(0, 1, T0 + 5000, T0 + 5300, 1000, 3, 1, 26, 100)   # only the resend arrived, CE-marked
+    rx.add(1, 0, T0 + 200, T0 + 900, 600, 0, 1, 0, 60)
+    rx.add(1, 0, T0 + 200, T0 + 950, 600, 0, 0, 0, 60)       # the same transmission seen twice
     rx.close()
     (raw / "schedule.json").write_text(json.dumps([
         {"id": 0, "iteration": 0, "step": 0, "src": "h0", "dst": "h1", "bytes": 1800, "chunk": 0,

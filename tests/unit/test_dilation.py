@@ -168,3 +168,48 @@ def test_a_run_without_a_verdict_is_run_again_once_then_only_while_stolen_from()
     assert run_again(2, summary(False, 0.2)) and run_again(MAX_RUNS - 1, summary(False, 0.2))
     assert not run_again(MAX_RUNS, summary(False, 0.2))    # and never past MAX_RUNS
     assert run_again(2, {"fidelity": {"verdict": "could_not_keep_up"}}) is False   # steal unknown: not stolen
+
+
+def test_the_calibration_key_ignores_comments_and_docstrings_not_code(tmp_path):
+    from testbed.run.calibrate import _code_text
+    py, c = tmp_path / "m.py", tmp_path / "e.c"
+
+    def key(path, text):
+        path.write_text(text)
+        return _code_text(path)
+
+    base = key(py, 'def f(x):\n    """Twice x."""\n    return 2 * x  # doubled\n')
+    assert key(py, 'def f(x):\n    """Twice x, reworded\n    over two lines."""\n    return 2 * x\n') == base
+    assert key(py, 'def f(x):\n    return 2 * x\n') == base
+    assert key(py, 'def f(x):\n    """Twice x."""\n    return 3 * x\n') != base
+    cbase = key(c, "/* the rate */\nint r = 1; // per frame\n")
+    assert key(c, "/* the rate,\n * reworded */\nint r = 1;\n") == cbase
+    assert key(c, "/* the rate */\nint r = 2; // per frame\n") != cbase
+
+
+def test_the_emulator_latency_leaves_out_each_frames_time_on_the_receiving_link():
+    import pandas as pd
+    from testbed.analysis.hardware import emulator_latency
+    # 8 Mb/s: a 1000-byte frame takes 1 ms on the link; path latency 10 ms, two switches
+    wire, delay = 1_000_000, 10_000_000
+    plan = {"flows": [{"id": 0, "src": "a", "dst": "b", "delay_ns": delay}]}
+
+    def run(transits):
+        # four frames out at once (a shaper's burst): each waits on the receiving link behind the
+        # ones before it, as nicdp.c's wire_in has them
+        rx, link, free = [], [], 0
+        for t in transits:
+            reached = t + delay
+            free = max(reached, free) + wire
+            rx.append(free)
+            link.append(free - reached)
+        pkts = pd.DataFrame({"flow": 0, "depart_ns": 0, "rx_ns": rx, "link_ns": link, "bytes": 1000})
+        return emulator_latency(pkts, plan, lambda s, d: 3, factor=100.0, hw_per_hop_ns=1000.0)
+
+    # the emulator took 900 us on the first frame and 200 us on the others: the least is 200 us
+    # (100 us a switch), though every later frame came in behind another, one to three frame times
+    # after it reached the link
+    e = run([900_000, 200_000, 200_000, 200_000])
+    assert e["per_hop_us_emulated"] == pytest.approx(100.0)
+    assert e["per_hop_ns_hardware"] == pytest.approx(1000.0) and e["share"] == pytest.approx(1.0) and not e["ok"]
+    assert run([900_000, 800_000, 700_000, 600_000])["per_hop_us_emulated"] == pytest.approx(300.0)

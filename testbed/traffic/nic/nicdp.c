@@ -496,7 +496,7 @@ enum { FS_RETX, FS_NAKS, FS_TIMEOUTS, FS_OOO, FS_DUPS, FS_CNPS, FS_CUTS, FS_BEHI
 /* Records: the layouts of testbed.records (TX, RX, QP_EVENT, NIC_GAP). */
 #pragma pack(push, 1)
 typedef struct { uint32_t msg, seq, psn; int64_t tx_ns, depart_ns; uint32_t frame_bytes; uint8_t flags, cls, _p[2]; } tx_rec;
-typedef struct { uint32_t msg, seq; int64_t tx_ns, rx_ns; uint32_t frame_bytes; uint8_t ecn, accepted, dscp, _p[5]; } rx_rec;
+typedef struct { uint32_t msg, seq; int64_t tx_ns, rx_ns; uint32_t frame_bytes; uint8_t ecn, accepted, dscp; uint32_t link_ns; uint8_t _p[1]; } rx_rec;
 typedef struct { int64_t t_ns; uint32_t flow; uint8_t kind, _p[3]; uint64_t value; double rate, target, alpha; } qp_rec;
 typedef struct { int64_t start_ns, end_ns; int32_t host, flow; uint8_t cls, kind, _p[6]; } gap_rec;
 #pragma pack(pop)
@@ -545,7 +545,6 @@ typedef struct {
     unsigned char *ring;             /* PACKET_RX_RING */
     size_t ring_bytes;
     unsigned ring_frame, ring_frames, ring_idx;
-    int64_t rx_wire_free_ns;         /* the receive link: when its last frame's last bit came in */
 } host_t;
 
 typedef struct {
@@ -557,6 +556,7 @@ typedef struct {
     int64_t *start_psn;               /* per fifo slot: the PSN of the message's first packet */
     int64_t next_ns;                  /* DCQCN rate limiter: may send at this time */
     int64_t last_cnp_ns;
+    int64_t wire_free_ns;             /* its last data frame's last bit in at the receiving NIC */
     int in_cc;
 } flow_t;
 
@@ -615,15 +615,17 @@ typedef struct {
     struct delayed *dl;
     int n_dl, cap_dl;
     int64_t delayed_total, delayed_max;
+    int64_t link_ns;     /* the frame being handled: from reaching the NIC to its last bit in */
 } engine;
 
 /* A received frame in the delay line: what the handlers read of it (headers and the payload
- * stamp; an ACK or CNP whole), its length on the wire and its due time. A frame waits twice: until
- * its path's latency has passed (it reaches the receive link, wired 0), then until the receive link
- * has serialised it at the NIC's line rate behind the frames that reached it first (wired 1); the
- * second due time becomes its arrival time. With ICRC checking, the check ran when it entered. */
+ * stamp; an ACK or CNP whole), its length on the wire, its queue pair (data; -1 for an ACK or CNP)
+ * and its due time. A frame waits twice: until its path's latency has passed (it reaches the NIC,
+ * wired 0), then until its last bit is in, a frame time at line rate after its queue pair's frame
+ * before it (wired 1, wire_in); the second due time becomes its arrival time. With ICRC checking,
+ * the check ran when it entered. */
 #define DL_SNAP 80
-struct delayed { int64_t due; int32_t hi, len, wired, _pad; unsigned char b[DL_SNAP]; };
+struct delayed { int64_t due, reached; int32_t hi, len, wired, flow; unsigned char b[DL_SNAP]; };
 
 static void heap_push(engine *E, int64_t t, int32_t m) {
     int i = E->n_heap++;
@@ -1102,7 +1104,8 @@ static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64
             if (syn == AETH_NAK_SEQ) qp_event(E, rx, (int)flow, NAK_SENT, (uint64_t)rpsn);
         }
     }
-    rx_rec r = {msg, seq, tx, rx, (uint32_t)n, (uint8_t)ecn, (uint8_t)accepted, (uint8_t)(b[IP_OFF + 1] >> 2), {0}};
+    rx_rec r = {msg, seq, tx, rx, (uint32_t)n, (uint8_t)ecn, (uint8_t)accepted, (uint8_t)(b[IP_OFF + 1] >> 2),
+                E->link_ns < 0 ? 0 : E->link_ns > UINT32_MAX ? UINT32_MAX : (uint32_t)E->link_ns, {0}};
     fwrite(&r, sizeof r, 1, E->frx);
     E->R->rx_records++;
     if (!accepted) return;
@@ -1128,8 +1131,9 @@ static void dispatch(engine *E, host_t *h, int hi, unsigned char *b, int len, in
 
 /* The path latency a received frame still owes: its flow's (data carries the flow in its stamp,
  * ACKs, NAKs and CNPs in their QPN); -1 for a frame no flow claims (the handlers count it). */
-static int64_t frame_delay(engine *E, const unsigned char *b, int len, int hi) {
+static int64_t frame_delay(engine *E, const unsigned char *b, int len, int hi, int32_t *data_flow) {
     const nic_plan *P = E->P;
+    *data_flow = -1;
     int op = b[BTH_OFF];
     int64_t flow;
     if (op == OP_ACK || op == OP_CNP) {
@@ -1139,6 +1143,7 @@ static int64_t frame_delay(engine *E, const unsigned char *b, int len, int hi) {
         if (len < HDR_LEN) return -1;
         flow = get32(b + PAYLOAD_OFF + 4);
         if (flow >= P->n_flows || P->flow_dst[flow] != hi) return -1;
+        *data_flow = (int32_t)flow;
     }
     return P->flow_delay_ns ? P->flow_delay_ns[flow] : 0;
 }
@@ -1161,9 +1166,9 @@ static void dl_insert(engine *E, const struct delayed *d) {
     if (E->n_dl > E->delayed_max) E->delayed_max = E->n_dl;
 }
 
-static void dl_push(engine *E, int hi, const unsigned char *b, int len, int64_t due) {
+static void dl_push(engine *E, int hi, const unsigned char *b, int len, int64_t due, int32_t flow) {
     struct delayed d;
-    d.due = due; d.hi = hi; d.len = len; d.wired = 0; d._pad = 0;
+    d.due = d.reached = due; d.hi = hi; d.len = len; d.wired = 0; d.flow = flow;
     memcpy(d.b, b, len < DL_SNAP ? len : DL_SNAP);
     dl_insert(E, &d);
     E->delayed_total++;
@@ -1183,18 +1188,21 @@ static void dl_pop(engine *E) {
     E->dl[i] = last;
 }
 
-/* A frame that reached host hi's receive link at t: when its last bit is in. The link carries one
- * frame at a time at the NIC's line rate, in the order frames reach it. The shapers upstream
- * release a burst back to back after an idle spell (the host NIC's two frames, a switch port's
- * bucket), where a hardware link spaces them a frame time apart: here they are spaced again, and
- * each frame takes its own frame time, so a transfer of n frames takes n frame times plus its
- * path's latency, as it does in hardware (docs/dilation.md). */
-static int64_t wire_in(engine *E, int hi, int len, int64_t t) {
+/* A data frame of a queue pair that reached host hi's NIC at t: when its last bit is in. On
+ * hardware a queue pair's frames are a frame time apart on every link, and a frame's last bit comes
+ * a frame time after its first. The host NIC's shaper releases two frames back to back after an idle
+ * spell (there to let a late timer catch up), and a veth takes no time per frame: here each frame
+ * takes its frame time at the NIC's line rate, after the queue pair's frame before it, so a transfer
+ * of n frames takes n frame times plus its path's latency, as on hardware (docs/dilation.md). ACKs
+ * and CNPs are not held. Frames of different queue pairs are not spaced against one another: a
+ * switch port's bucket still lets them in faster than line rate after an idle spell. */
+static int64_t wire_in(engine *E, int hi, int32_t flow, int len, int64_t t) {
     host_t *h = &E->hosts[hi];
-    if (h->bw_bps <= 0) return t;
-    int64_t start = t > h->rx_wire_free_ns ? t : h->rx_wire_free_ns;
-    h->rx_wire_free_ns = start + (int64_t)(len * 8e9 / h->bw_bps);
-    return h->rx_wire_free_ns;
+    if (flow < 0 || h->bw_bps <= 0) return t;
+    flow_t *f = &E->flows[flow];
+    int64_t start = t > f->wire_free_ns ? t : f->wire_free_ns;
+    f->wire_free_ns = start + (int64_t)(len * 8e9 / h->bw_bps);
+    return f->wire_free_ns;
 }
 
 /* The delayed frames due by limit, acted on as if they arrived at their due time (now: the
@@ -1207,12 +1215,13 @@ static int release_delayed(engine *E, int64_t limit, int64_t now) {
         if (!d.wired) {
             /* back in line by its new due time even when that has passed too: frames wired
              * before it may still be waiting, and a queue pair must not be reordered */
-            d.due = wire_in(E, d.hi, d.len, d.due);
+            d.due = wire_in(E, d.hi, d.flow, d.len, d.due);
             d.wired = 1;
             dl_insert(E, &d);
             continue;
         }
         host_t *h = &E->hosts[d.hi];
+        E->link_ns = d.due - d.reached;
         dispatch(E, h, d.hi, d.b, d.len, d.due, now, 1);
         if (h->n_reply == BATCH && flush_replies(E, h, d.hi) < 0) return -1;
         served++;
@@ -1236,7 +1245,8 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
             (E->P->verify_icrc && (int)t->tp_snaplen < len) || len < BTH_OFF + 12) {
             E->R->host_stats[hi * HS_N + HS_STRAY]++;
         } else {
-            int64_t delay = frame_delay(E, b, len, hi);
+            int32_t flow;
+            int64_t delay = frame_delay(E, b, len, hi, &flow);
             int data = b[BTH_OFF] != OP_ACK && b[BTH_OFF] != OP_CNP;
             if (delay >= 0) {
                 /* a RoCE NIC drops a corrupt frame on arrival: checked before it waits. A frame
@@ -1246,8 +1256,9 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
                 if (data && E->P->verify_icrc && len >= HDR_LEN + ICRC_LEN && !icrc_ok(b, len))
                     E->R->host_stats[hi * HS_N + HS_ICRC]++;
                 else
-                    dl_push(E, hi, b, len, rx + delay);
+                    dl_push(E, hi, b, len, rx + delay, flow);
             } else {
+                E->link_ns = 0;
                 dispatch(E, h, hi, b, len, rx, now, 0);   /* no flow claims it: the handlers count it */
             }
         }
