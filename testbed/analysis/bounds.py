@@ -9,8 +9,8 @@ With a fabric that has propagation and switch latency, every transfer also takes
 latency (REFERENCE.md's alpha-beta cost: the ring's 2(N-1) steps each pay it once).
 Payload bytes only: the headers a run adds make it slower, never faster. The shapers' bursts
 (the host NIC's two frames after an idle spell) do not make a transfer shorter than its frame
-times: the receiving NIC's delay line serialises every frame on its link at line rate, as the
-hardware's wire does (testbed/traffic/nic/nicdp.c, wire_in).
+times: the receiving NIC's delay line has each frame arrive a frame time at line rate after its
+queue pair's frame before it, as the hardware's wire does (testbed/traffic/nic/nicdp.c, wire_in).
 """
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ below is given in hardware units first, with the emulated value it came from bes
 The emulator's own forwarding latency (Open vSwitch, the veths, the kernel's softirq work) is
 not dilated: its share of each hardware event shrinks by D. It is estimated per queue pair as
 the least one-way latency of its data frames less the path latency the delay line added and the
-frame's time on the receiving NIC's link (`link_ns`: its wait there behind the frames ahead of
-it, which a shaper's burst keeps a frame or two long for as long as a stream lasts, and its own
-frame time; both are the fabric's), per switch on its path. The least over queue pairs (in an
+frame's time on the wire (`link_ns`: its wait behind its queue pair's frames ahead of it, which
+the NIC shaper's burst keeps a frame or two long for as long as a stream lasts, and its own frame
+time; both are the fabric's), per switch on its path. The least over queue pairs (in an
 incast or behind a pause every frame of a queue pair may have queued: that is the fabric's, not
 the emulator's), / D, is held against the configured per-hop latency (link delay plus switch
 latency): over MAX_EMULATOR_SHARE of it, the emulator, not the fabric, sets the latency and the

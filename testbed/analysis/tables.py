@@ -149,8 +149,8 @@ def packet_table(rf: RunFolder, messages: pd.DataFrame) -> pd.DataFrame:
     df["flow"] = messages["flow"].to_numpy()[df["msg"].to_numpy()]
     df = df.rename(columns={"frame_bytes": "bytes"})
     df["rx_ns"] = df["rx_ns"].astype("Int64")
-    # from reaching the receiving NIC's link to its last bit in: the wait behind the frames ahead
-    # of it there and its own frame time (the delay line's second wait; 0 in runs before it)
+    # from reaching the receiving NIC to its last bit in: its wait behind its queue pair's frames
+    # ahead of it and its own frame time (the delay line's second wait; 0 in runs before it)
     df["link_ns"] = df["link_ns"].astype("Int64")
     for col in ("ecn", "dscp"):
         df[col] = df[col].astype("UInt8")

@@ -11,8 +11,8 @@ from testbed.run.calibrate import run_again
 pytestmark = pytest.mark.root
 
 ONE = ["--set", "workload.iterations=1", "--set", "workload.bytes_per_rank=2MiB", "--set", "run.report=false"]
-# how far apart faithful runs of the flagship land in hardware time (docs/dilation.md, "The
-# receiving link"): 10 valid runs of this configuration at D = 25000, 31500 and 50000 (2026-12-03,
+# how far apart faithful runs of the flagship land in hardware time (docs/dilation.md, "A frame's
+# time on the wire"): 10 valid runs of this configuration at D = 25000, 31500 and 50000 (2026-12-03,
 # steal 2-28%) spread over 1.16% in iteration time (395.8-400.4 us) and 0.0112 in bound / measured
 # (0.9731-0.9843); each tolerance is 1.5 x that range. The 1% before it held while the host NIC's
 # burst let each ring step end up to two frames early, which hid the emulator's own latency by an

@@ -1250,9 +1250,9 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
             int data = b[BTH_OFF] != OP_ACK && b[BTH_OFF] != OP_CNP;
             if (delay >= 0) {
                 /* a RoCE NIC drops a corrupt frame on arrival: checked before it waits. A frame
-                 * found due already (a pass came late) still waits its turn on the receive link
-                 * behind those that reached it first: released below, in due order, so a late
-                 * pass does not reorder a queue pair and set off go-back-N */
+                 * found due already (a pass came late) still goes into the line behind the frames
+                 * that reached the NIC first: released below, in due order, so a late pass does
+                 * not reorder a queue pair and set off go-back-N */
                 if (data && E->P->verify_icrc && len >= HDR_LEN + ICRC_LEN && !icrc_ok(b, len))
                     E->R->host_stats[hi * HS_N + HS_ICRC]++;
                 else
