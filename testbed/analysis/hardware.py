@@ -37,7 +37,7 @@ def emulator_latency(pkts: pd.DataFrame, plan: dict, fabric_links, factor: float
     got = pkts[pkts["rx_ns"].notna() & pkts["depart_ns"].notna()]
     per_flow = []
     if not got.empty:
-        link = got["link_ns"].astype("float64").fillna(0.0) if "link_ns" in got else 0.0
+        link = got["link_ns"].astype("float64").fillna(0.0)
         lat = (got["rx_ns"].astype("float64") - got["depart_ns"].astype("float64") - link).groupby(got["flow"]).min()
         for flow, least_ns in lat.items():
             f = flows.get(int(flow))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -119,6 +120,9 @@ def machine_key() -> dict:
 CODE_DIRS = ("testbed", "controllers", "topologies")
 
 
+C_COMMENT = re.compile(rb"/\*.*?\*/|//[^\n]*", re.S)
+
+
 def _code_text(path: Path) -> bytes:
     """What of a source file the emulation runs: a Python module's syntax tree without its
     docstrings, a C file without its comments and with its spacing collapsed, anything else as it
@@ -140,13 +144,11 @@ def _code_text(path: Path) -> bytes:
     return text
 
 
-C_COMMENT = re.compile(rb"/\*.*?\*/|//[^\n]*", re.S)
-
-
+@functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """The emulating code's version: a hash of its files as the working tree has them, without
     comments and docstrings (a commit's own hash would make every commit, a doc's too, measure the
-    machine again; so would a comment reworded)."""
+    machine again; so would a comment reworded). Hashed once a process: a run asks for it twice."""
     files = subprocess.run(["git", "-C", str(PROJECT_ROOT), "ls-files", "-z", "--", *CODE_DIRS],
                            capture_output=True)
     if files.returncode != 0:
