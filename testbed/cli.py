@@ -124,10 +124,11 @@ def run_and_judge(sc, results_dir=None) -> dict:
     return analysis.analyze(run_dir)
 
 
-def resolve(sc):
-    """The scenario at its dilation: as set, or auto (calibrating this machine first if needed)."""
+def resolve(sc, slower: float = 1.0):
+    """The scenario at its dilation: as set, or auto (calibrating this machine first if needed),
+    times slower (a run again: testbed.run.calibrate.slower_after)."""
     from testbed.run.calibrate import resolve as resolve_dilation
-    return resolve_dilation(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"))
+    return resolve_dilation(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"), slower=slower)
 
 
 def cmd_run(args) -> int:
@@ -174,31 +175,34 @@ def cmd_analyze(args) -> int:
     return exit_code(summary)
 
 
-def _run_and_analyze(name: str, sets: list[str]) -> tuple[Path, dict]:
+def _run_and_analyze(name: str, sets: list[str], slower: float = 1.0) -> tuple[Path, dict]:
     from testbed.analysis import summary as analysis
     from testbed.scenario import load_scenario
     sc = load_scenario(name, sets)
     if os.geteuid() != 0:
         raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
-    run_dir = run_with_progress(resolve(sc))
+    run_dir = run_with_progress(resolve(sc, slower=slower))
     return run_dir, analysis.analyze(run_dir)
 
 
 def _run_faithfully(name: str, sets: list[str]) -> tuple[Path, dict]:
     """A run, and more if the machine could not emulate it faithfully (testbed.run.calibrate.run_again:
-    once more, then while the hypervisor stole from the runs); the last is kept either way (baseline
-    and regress call it inconclusive if it fell behind too)."""
-    from testbed.run.calibrate import run_again
+    once more, then while the hypervisor stole from the runs), each at a larger multiple of auto's D
+    (slower_after: 2, then 4; a D the scenario sets stays); the last is kept either way (baseline and regress call it inconclusive if it
+    fell behind too)."""
+    from testbed.run.calibrate import run_again, slower_after
     runs = 0
     while True:
-        run_dir, summary = _run_and_analyze(name, sets)
+        run_dir, summary = _run_and_analyze(name, sets, slower_after(runs) if runs else 1.0)
         runs += 1
         if summary["fidelity"]["verdict"] == "kept_up":
             return run_dir, summary
         again = run_again(runs, summary)
         steal = summary["fidelity"].get("machine_steal_fraction") or 0.0
+        auto = (summary.get("dilation") or {}).get("chosen_by") == "auto"
+        more = f", running it once more{f' at {slower_after(runs):g}x auto dilation' if auto else ''}" if again else ""
         console.print(f"[yellow]{name}: the emulation could not keep up (run {runs}, steal {steal:.0%}: "
-                      f"{'; '.join(summary['fidelity']['notes'])}){', running it once more' if again else ''}[/]")
+                      f"{'; '.join(summary['fidelity']['notes'])}){more}[/]")
         if not again:
             return run_dir, summary
 

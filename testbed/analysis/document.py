@@ -200,8 +200,9 @@ def _qos(s: dict) -> list[tuple]:
                  f"{_num(react['p99'], '{:.0f}')}, {_num(react['max'], '{:.0f}')}"))
     if react.get("allowance"):
         over = pfc.get("headroom_overruns") or []
-        rows.append(("PFC headroom: reaction allowed (us) / pauses later / rows past headroom (late)",
-                     f"{react['allowance']:.0f} / {react['over_allowance']} / {len(over)} ({sum(r['late'] for r in over)})"))
+        rows.append(("PFC headroom: reaction allowed (us) / pauses later / rows past headroom (late, link ahead)",
+                     f"{react['allowance']:.0f} / {react['over_allowance']} / {len(over)} ({sum(r['late'] for r in over)}, "
+                     f"{sum(bool(r.get('link_ahead')) for r in over)})"))
     ing = pfc.get("ingress")
     if ing and ing["busiest"]:
         top = ing["busiest"][0]

@@ -106,7 +106,8 @@ def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
             f"{backlog['max_bytes'] // 1024} KiB on {backlog['worst_ports'][0]['port']}, {seen}")
     if inp.cpu.get("machine_busy_fraction", 0) > MAX_MACHINE_BUSY_FRACTION:
         notes.append(f"the machine was {inp.cpu['machine_busy_fraction']:.0%} busy")
-    late = [r for r in qos["pfc"]["headroom_overruns"] if r["late"]] if qos else []
+    overruns = qos["pfc"]["headroom_overruns"] if qos else []
+    late = [r for r in overruns if r["late"]]
     if late:
         # A switch's headroom holds what arrives while its pause takes effect; this one's pause came
         # later than the headroom is sized for, so what a lossless switch would have held, it did not
@@ -115,6 +116,16 @@ def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
             f"the switch agent paused later than the PFC headroom allows ({qos['pfc']['reaction_us']['allowance']:.0f} "
             f"us): {len(late)} lossless rows held more than XOFF plus headroom (worst {w['port']} class "
             f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, its slowest pause "
+            f"{w['max_reaction_us']:.0f} us)")
+    ahead = [r for r in overruns if r.get("link_ahead")]
+    if ahead:
+        # the pause came in time, but the link had delivered faster than its rate, which the
+        # headroom (sized on a link at its rate) need not hold and a hardware link does not do
+        w = max(ahead, key=lambda r: r["max_held_bytes"] - r["limit_bytes"])
+        notes.append(
+            f"{len(ahead)} lossless rows held more than XOFF plus headroom though paused in time, as their links "
+            f"had delivered faster than their rate (worst {w['port']} class {w['class']}: {w['max_held_bytes']} of "
+            f"{w['limit_bytes']} bytes, {w['ahead_bytes']} bytes ahead of the link's rate; slowest pause "
             f"{w['max_reaction_us']:.0f} us)")
     return notes
 

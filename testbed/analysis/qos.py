@@ -116,20 +116,32 @@ def ingress_summary(agent: dict) -> dict | None:
 
 def headroom_overruns(agent: dict) -> list[dict]:
     """The lossless (ingress port, class) rows that held more than XOFF plus their headroom: their
-    upstream went on sending past what the headroom covers. late: the slowest pause the row asked
-    for took longer than the reaction the headroom is sized for, so the emulated switch reacted too
-    slowly (the machine's scheduling); otherwise the headroom itself was too small for the rates (the
-    policy's)."""
+    upstream went on sending past what the headroom covers. The headroom holds what a link at its
+    rate delivers while the pause takes effect, so an overrun has one of three causes:
+    - late: the slowest pause the row asked for took longer than the reaction the headroom is sized
+      for (the machine kept the switch agent from running);
+    - link_ahead: the pause came in time, but just before the row's highest count its link had
+      delivered at least the overrun beyond its rate (port_dequeue's measure, peak_ahead_bytes:
+      the upstream port's bucket let a burst out after an idle spell, or frames bunched up behind a
+      late softirq), which a hardware link does not;
+    - neither: the headroom is too small for the rates, or the pause did not hold (the policy's or
+      the switch's failing).
+    The first two are the emulator's (emulators)."""
     allowance = (agent.get("reaction_us") or {}).get("allowance") or 0
     out = []
     for r in agent.get("ingress_end") or []:
         if "headroom_bytes" not in r:
             continue
         limit = r["xoff_bytes"] + r["headroom_bytes"]
-        if r["max_held_bytes"] > limit:
-            out.append({"port": r["port"], "class": r["class"], "max_held_bytes": r["max_held_bytes"],
+        peak = max(r["max_held_bytes"], r.get("peak_held_bytes", 0))
+        if peak > limit:
+            late = bool(allowance and r["max_reaction_us"] > allowance)
+            ahead = r.get("peak_ahead_bytes", 0)
+            link_ahead = not late and peak - limit <= ahead
+            out.append({"port": r["port"], "class": r["class"], "max_held_bytes": peak,
                         "limit_bytes": limit, "max_reaction_us": r["max_reaction_us"],
-                        "late": bool(allowance and r["max_reaction_us"] > allowance)})
+                        "ahead_bytes": ahead, "late": late, "link_ahead": link_ahead,
+                        "emulators": late or link_ahead})
     return out
 
 

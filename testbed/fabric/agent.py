@@ -87,6 +87,11 @@ class Agent:
         self.port_socks = PortSockets()
         self.leaf_queue = {i: l.queue for i, l in enumerate(self.leaves) if l.queue >= 0}
         self.queue_leaf = {ix: i for i, ix in self.leaf_queue.items()}
+        # each (ingress port, class) row's link rate, for port_dequeue's measure of how far the
+        # link ran ahead of it (a link's two ends run at the same rate)
+        for ix, leaf in self.queue_leaf.items():
+            if self.leaves[leaf].bw_bps > 0:
+                maps.ingress["byte_ps"][ix] = round(8e12 / self.leaves[leaf].bw_bps)
         # The controller's policy names a queue by its QueueId's key; the data path, by its row.
         self.key_index = {q.id.key: q.index for q in self.queues}
         self.key_leaf = {l.id.key: i for i, l in enumerate(self.leaves)}
@@ -106,7 +111,7 @@ class Agent:
         self.paused_since: dict[int, int] = {}
         self.events = open(self.folder.pfc_events, "w", buffering=1 << 16)
         self.telemetry = TelemetryWriter(self.folder.telemetry, self.plan_row)
-        self.stale = StaleDepths(self.n, self.plan_row, self.queue_leaf, self.leaves, self._log)
+        self.stale = StaleDepths(self.n, self.plan_row, self.queue_leaf, self.leaves, self._log, self.nl.qdisc_qlens)
         self.leaks = IngressLeaks(self.plan_row, self.queues, self.switch_rows, self._log)
         self.reaction_ns: list[int] = []
         self.pauses = self.resumes = self.watchdog_fired = 0
@@ -385,7 +390,6 @@ class Agent:
         self.nl.close()
         self.port_socks.close()
         self.controller.close()
-        self.stale.close()
 
 
 def main(argv=None) -> int:

@@ -58,5 +58,7 @@ def _ingress_end(agent) -> list[dict]:
                     "lost_bytes": int(ing["lost_bytes"][r]), "held_bytes": int(held[r]),
                     "max_held_bytes": int(agent.max_held[ix]), "xoff_crossings": int(ing["xoff_crossings"][r]),
                     "max_reaction_us": int(agent.max_reaction[ix]) / 1e3,
+                    "peak_held_bytes": int(ing["peak_held_bytes"][r]),
+                    "peak_ahead_bytes": int(ing["peak_ahead_bytes"][r]),
                     **agent.queue_policy[r].get("ingress", {})})
     return out

@@ -13,8 +13,6 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from pyroute2 import IPRoute
-
 from testbed.fabric.agent_plan import LeafSpec, QueueSpec
 
 
@@ -26,36 +24,31 @@ def held_bytes(ing: np.ndarray) -> np.ndarray:
 
 class StaleDepths:
     def __init__(self, n: int, plan_row: np.ndarray, queue_leaf: dict[int, int], leaves: tuple[LeafSpec, ...],
-                 log: Callable[[dict], None]):
+                 log: Callable[[dict], None], qlens: Callable[[int], dict[tuple[int, int], int]]):
+        """qlens(ns_pid): every qdisc's queue length in that namespace, by (ifindex, handle)."""
         self.plan_row, self.queue_leaf, self.leaves, self.log = plan_row, queue_leaf, leaves, log
+        self.qlens = qlens
         self._enq = self._deq = np.zeros(n, dtype=np.uint64)
-        self._ipr: IPRoute | None = None
 
     def check(self, q: np.ndarray, paused_leaves) -> None:
-        """Suspects: unchanged counters since the last check, a depth, and not paused."""
+        """Suspects: unchanged counters since the last check, a depth, and not paused. At a large D
+        a slow class's queue is one at most checks, so the kernel is asked once per namespace with
+        suspects, not once per suspect."""
         enq, deq = q["enq_pkts"].copy(), q["deq_pkts"].copy()
         suspect = (enq == self._enq) & (deq == self._deq) & (q["depth_bytes"] > 0)
         self._enq, self._deq = enq, deq
         rows = [int(r) for r in np.flatnonzero(suspect)
                 if self.plan_row[r] >= 0 and self.queue_leaf[int(r)] not in paused_leaves]
-        if not rows:
-            return
-        if self._ipr is None:
-            self._ipr = IPRoute()
+        kernel: dict[int, dict[tuple[int, int], int]] = {}
         for r in rows:
             leaf = self.leaves[self.queue_leaf[r]]
-            kernel = next((m for m in self._ipr.get_qdiscs(index=leaf.ifindex)
-                           if m["handle"] == leaf.handle), None)
-            stats = kernel.get_nested("TCA_STATS2", "TCA_STATS_QUEUE") if kernel is not None else None
-            if stats is not None and stats.get("qlen", 1) == 0:
+            if leaf.ns_pid not in kernel:
+                kernel[leaf.ns_pid] = self.qlens(leaf.ns_pid)
+            if kernel[leaf.ns_pid].get((leaf.ifindex, leaf.handle), 1) == 0:
                 stale = int(q["depth_bytes"][r])
                 q["depth_bytes"][r] = 0
                 self.log({"event": "depth_resync", "port": leaf.ifname, "class": leaf.cls,
                           "stale_bytes": stale})
-
-    def close(self) -> None:
-        if self._ipr is not None:
-            self._ipr.close()
 
 
 class IngressLeaks:

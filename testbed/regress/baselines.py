@@ -77,13 +77,15 @@ LOSS_METRICS = ("packets.lost", "packets.retransmitted", "packets.timeouts", "pa
 def lost_to_the_emulator(summary: dict) -> list[str]:
     """The loss metrics a run's emulator explains: every lost packet was dropped inside Open
     vSwitch, at its or the receivers' sockets or at a veth, none in a switch queue the policy runs;
-    or PFC's lossless rows outgrew their headroom only because the agent paused too late."""
+    or PFC's lossless rows outgrew their headroom only because the agent paused too late or their
+    links ran ahead of their rate."""
     p = summary.get("packets", {})
     overruns = (((summary.get("qos") or {}).get("pfc") or {}).get("headroom_overruns")) or []
-    if overruns and all(r["late"] for r in overruns):
+    if overruns and all(r["late"] or r.get("link_ahead") for r in overruns):
         # every lossless row that outgrew its headroom did so because the agent paused later than the
-        # headroom is sized for (testbed.analysis.qos.headroom_overruns): a switch that reacts in
-        # time holds those frames, so the drops they caused are the emulator's
+        # headroom is sized for, or its link delivered faster than its rate
+        # (testbed.analysis.qos.headroom_overruns): a switch that reacts in time behind links at
+        # their rate holds those frames, so the drops they caused are the emulator's
         return ["packets.port_buffer_drops", *LOSS_METRICS]
     if p.get("resent_without_loss"):
         # go-back-N set off by frames reordered or delayed inside the emulator (testbed.analysis.summary)

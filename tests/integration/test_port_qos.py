@@ -120,6 +120,12 @@ def late_overruns(s):
     return [r for r in s["qos"]["pfc"]["headroom_overruns"] if r["late"]]
 
 
+def emulator_overruns(s):
+    """The rows past their headroom that the emulator explains: a late pause, or a link that had
+    delivered beyond its rate by at least the overrun (testbed.analysis.qos.headroom_overruns)."""
+    return [r for r in s["qos"]["pfc"]["headroom_overruns"] if r["emulators"]]
+
+
 def test_a_late_pause_is_the_emulators_and_the_run_says_so(tmp_path):
     # The agent stopped (SIGSTOP) until 60 ms into the traffic: its rows outgrow XOFF plus
     # headroom long before it pauses, and the bottleneck drops. A switch that reacts in time would
@@ -158,9 +164,10 @@ def test_a_late_pause_is_the_emulators_and_the_run_says_so(tmp_path):
     s = summary_of(run_dirs(tmp_path)[-1])
     pfc = s["qos"]["pfc"]
     assert pfc["reaction_us"]["max"] > 40_000 > pfc["reaction_us"]["allowance"]
-    late = late_overruns(s)
-    assert late and late == pfc["headroom_overruns"], pfc["headroom_overruns"]
-    assert_only_late_pauses_overran(s)
+    # every row past its headroom is the emulator's, the late pause's among them (a row paused in
+    # time may still have been overrun by its link's running ahead as the fabric caught up)
+    assert late_overruns(s) and emulator_overruns(s) == pfc["headroom_overruns"], pfc["headroom_overruns"]
+    assert_only_the_emulator_overran(s)
     assert s["fidelity"]["verdict"] == "could_not_keep_up"
     assert any("paused later than the PFC headroom allows" in n for n in s["fidelity"]["notes"])
     # the drops it caused are not judged against the policy: inconclusive (4), not regressed (1)
@@ -170,15 +177,17 @@ def test_a_late_pause_is_the_emulators_and_the_run_says_so(tmp_path):
     assert proc.returncode == 4 and "INCONCLUSIVE" in out, out[-3000:]
 
 
-def assert_only_late_pauses_overran(s):
+def assert_only_the_emulator_overran(s):
     """The headroom's claim, which holds in every run: a lossless row whose pauses all came within
-    the reaction its headroom is sized for never held more than XOFF plus that headroom, and a
-    frame a switch queue dropped was dropped behind a row that outgrew it after a late pause (which
-    makes the run one that did not keep up)."""
+    the reaction its headroom is sized for, behind a link that delivered at its rate, never held
+    more than XOFF plus that headroom; and a frame a switch queue dropped was dropped behind a row
+    that outgrew it after a late pause or behind a link that ran ahead (either makes the run one
+    that did not keep up). A pause that did not hold fails it: its link, at its rate, overruns by
+    more than it ran ahead."""
     pfc = s["qos"]["pfc"]
-    assert all(r["late"] for r in pfc["headroom_overruns"]), pfc["headroom_overruns"]
-    assert s["packets"]["port_buffer_drops"] == 0 or late_overruns(s), (s["packets"], pfc["headroom_overruns"])
-    if late_overruns(s):
+    assert all(r["emulators"] for r in pfc["headroom_overruns"]), pfc["headroom_overruns"]
+    assert s["packets"]["port_buffer_drops"] == 0 or emulator_overruns(s), (s["packets"], pfc["headroom_overruns"])
+    if emulator_overruns(s):
         assert s["fidelity"]["verdict"] == "could_not_keep_up"
 
 
@@ -188,28 +197,33 @@ def lateness(s):
     t = s["qos"]["telemetry"]
     return {"max_reaction_us": s["qos"]["pfc"]["reaction_us"]["max"], "blind_max_us": t.get("blind_max_us"),
             "blind_over_1ms": t.get("blind_over_1ms"), "steal": s["fidelity"].get("machine_steal_fraction"),
-            "overruns": [(r["port"], r["max_held_bytes"] - r["limit_bytes"]) for r in late_overruns(s)]}
+            "overruns": [(r["port"], r["max_held_bytes"] - r["limit_bytes"], r["ahead_bytes"], r["late"])
+                         for r in emulator_overruns(s)]}
 
 
 def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path):
     # Lossless is the claim of a switch that pauses within the reaction its headroom is sized for.
     # This machine now and then keeps the agent off its CPU for 3-9 ms (CI once did in three runs
     # in a row, while quiet runs here paused within 1.6 ms in 11 of 11). Every run is held to the
-    # part of the claim that is its own: rows paused in time kept within their headroom, and every
-    # drop is a late pause's. A run with a late pause says it did not keep up and is no test of
-    # the whole claim (test_a_late_pause_is_the_emulators_and_the_run_says_so): up to three runs
-    # for one that is, and without one the claim is untested here, with the numbers saying why.
+    # part of the claim that is its own: rows paused in time behind links at their rate kept within
+    # their headroom, and every drop is the emulator's (a late pause, or a link that delivered
+    # beyond its rate: its port's bucket after an idle spell, or frames bunched behind a late
+    # softirq, by up to 8 KB on host links and 20-70 KB on uplinks at 33-41% steal). A run with
+    # either says it did not keep up and is no test of the whole claim
+    # (test_a_late_pause_is_the_emulators_and_the_run_says_so): up to three runs for one that is,
+    # and without one the claim is untested here, with the numbers saying why.
     late_runs = []
     for attempt in range(3):
         run_dir, s = run_one(tmp_path, "incast-pfc", expect_rc=None)
         # drops behind a late pause are the emulator's: not judged, so never a regression
         assert s["status"] in NOTHING_FAILED, (s["problems"], s["expectations"])
-        assert_only_late_pauses_overran(s)
-        if not late_overruns(s):
+        assert_only_the_emulator_overran(s)
+        if not emulator_overruns(s):
             break
         late_runs.append(lateness(s))
     else:
-        pytest.skip(f"inconclusive: every run paused later than the PFC headroom allows: {late_runs}")
+        pytest.skip(f"inconclusive: in every run a row outgrew its headroom behind a late pause or a link "
+                    f"that ran ahead of its rate: {late_runs}")
     pfc = s["qos"]["pfc"]
     assert s["status"] in NOTHING_FAILED
     # lossless on thresholds derived from the rates and the reaction time alone: nothing dropped

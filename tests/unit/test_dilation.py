@@ -112,6 +112,26 @@ def test_auto_takes_the_calibrated_rate_with_its_margin_demand_and_spare_cpu():
     assert how_busy["cpu_factor"] == pytest.approx(2 / 1.75) and d_busy >= d
 
 
+def test_a_run_again_after_one_that_fell_behind_runs_at_twice_autos_dilation_and_a_set_one_stays(monkeypatch):
+    from testbed.run import calibrate as cal_mod
+    from testbed.run.calibrate import SLOWER_MAX, resolve, slower_after
+    hw = load_scenario("allreduce-torus")
+    cal = {"faithful_mbps": 20.0, "frame_hops": 1, "spare_cores": 2.0, "file": "f", "measured_utc": "t", "tried": []}
+    monkeypatch.setattr(cal_mod, "cached", lambda sc: cal)
+    monkeypatch.setattr(cal_mod, "spare_cores", lambda: 2.0)
+    quiet = lambda *_: None  # noqa: E731
+    first = resolve(hw, log=quiet)
+    again = resolve(hw, log=quiet, slower=slower_after(1))
+    assert first.dilation.chosen_by == again.dilation.chosen_by == "auto"
+    assert again.dilation.factor == 2 * first.dilation.factor and again.dilation.calibration["slower"] == 2
+    assert again.fabric.bw_mbps == first.fabric.bw_mbps / 2
+    assert again.run.time_limit_s == 2 * first.run.time_limit_s   # the wall-clock guard with it
+    assert [slower_after(n) for n in (1, 2, 3)] == [2, 4, SLOWER_MAX] and SLOWER_MAX == 4
+    # a D the scenario sets is the user's: as set
+    fixed = dataclasses.replace(hw, run=dataclasses.replace(hw.run, dilation=5000.0))
+    assert resolve(fixed, log=quiet, slower=2.0).dilation.factor == 5000
+
+
 def test_the_ring_bound_pays_its_path_latency_on_every_step():
     sc = dilate(load_scenario("allreduce-torus"), 8000, "set")
     fabric = build_fabric(sc.fabric)

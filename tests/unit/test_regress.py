@@ -214,6 +214,32 @@ def test_buffer_drops_are_the_emulators_only_when_every_row_past_its_headroom_wa
     assert verdict(["packets.port_buffer_drops"], True, explained) == "regressed"
 
 
+def test_a_row_past_its_headroom_behind_a_link_that_ran_ahead_of_its_rate_is_the_emulators():
+    # port_dequeue keeps, at a row's highest count, what its link had delivered beyond its rate just
+    # before: an in-time overrun no larger than that is the link's (a hardware link cannot run
+    # ahead), one larger is the policy's or the switch's
+    from testbed.analysis.qos import headroom_overruns
+    from testbed.regress.baselines import lost_to_the_emulator, verdict
+
+    def row(port, peak, ahead):
+        return {"port": port, "class": 1, "max_held_bytes": peak - 4096, "peak_held_bytes": peak,
+                "peak_ahead_bytes": ahead, "xoff_bytes": 200_000, "headroom_bytes": 100_000,
+                "max_reaction_us": 1500.0}
+    agent = {"reaction_us": {"allowance": 2000.0},
+             "ingress_end": [row("s-eth1", 305_000, 5_000),     # 5000 over, 5000 ahead: the link's
+                             row("s-eth2", 305_000, 0)]}        # at its rate: not
+    over = headroom_overruns(agent)
+    assert [(o["port"], o["max_held_bytes"], o["late"], o["link_ahead"], o["emulators"]) for o in over] == \
+        [("s-eth1", 305_000, False, True, True), ("s-eth2", 305_000, False, False, False)]
+    s = {"packets": {"lost": 3, "port_buffer_drops": 3}, "qos": {"pfc": {"headroom_overruns": over}}}
+    assert verdict(["packets.port_buffer_drops"], False, lost_to_the_emulator(s)) == "regressed"
+    s["qos"]["pfc"]["headroom_overruns"] = over[:1]
+    assert verdict(["packets.port_buffer_drops"], False, lost_to_the_emulator(s)) == "inconclusive"
+    # a run recorded before the measure existed reads no link ahead
+    del agent["ingress_end"][0]["peak_ahead_bytes"], agent["ingress_end"][0]["peak_held_bytes"]
+    assert headroom_overruns(agent)[0]["link_ahead"] is False
+
+
 def test_a_measured_spread_judges_marks_of_a_faithful_run_and_the_default_band_those_of_one_that_fell_behind():
     from testbed.regress.baselines import tolerance_of
     spread = {"qos.ecn.marked": (0.0, 39.0)}            # incast-ecn's: 1.5 x the range over its runs

@@ -71,8 +71,18 @@ struct profile {
 };
 
 /* One per (switch port, class) as it is an ingress: what entered the switch there and what has
- * left it. The switch agent owns xoff_bytes (0: not lossless) and lost_bytes (frames the switch
- * dropped without an egress seeing them, e.g. on a route being replaced). */
+ * left it. The switch agent owns xoff_bytes (0: not lossless), lost_bytes (frames the switch
+ * dropped without an egress seeing them, e.g. on a route being replaced) and byte_ps.
+ *
+ * How far the link ran ahead of its rate: a hardware link delivers no faster than its rate, and
+ * PFC headroom is sized on that; an emulated one can, when the upstream port's HTB bucket lets a
+ * burst out after an idle spell or frames bunch up in a CPU's backlog behind a late softirq.
+ * ahead_ps is a queue that drains at the link's rate (byte_ps a byte) and that every arrival
+ * joins: what it holds, before a frame joins, is what arrived beyond the rate over the recent
+ * past (Lindley's recursion). At the row's highest count, peak_ahead_bytes keeps it, so an
+ * overrun of the headroom can be told apart: the link's running ahead, or a pause that did not
+ * hold (testbed.analysis.qos.headroom_overruns). Frames of one row may arrive on both CPUs at
+ * once; the updates are not atomic, so a rare race may miss a frame's share. */
 struct ingress {
 	__u64 in_bytes;
 	__u64 in_pkts;
@@ -82,6 +92,11 @@ struct ingress {
 	__u64 lost_bytes;
 	__u64 xoff_cross_ns;
 	__u64 xoff_crossings;
+	__u64 byte_ps;           /* the link's time per byte, in ps (0: not measured) */
+	__u64 ahead_ns;          /* the last arrival */
+	__u64 ahead_ps;          /* the rate-draining queue, with the last arrival in it */
+	__u64 peak_held_bytes;   /* the most the row held, counted at each arrival */
+	__u64 peak_ahead_bytes;  /* what had arrived beyond the link's rate just before that peak */
 };
 
 struct hist {
@@ -375,6 +390,18 @@ int port_dequeue(struct __sk_buff *skb)
 	__u64 held = in->in_bytes - in->out_bytes - in->lost_bytes;
 	__sync_fetch_and_add(&in->in_bytes, len);
 	__sync_fetch_and_add(&in->in_pkts, 1);
+	if (in->byte_ps) {
+		__u64 now = bpf_ktime_get_ns(), dt = now - in->ahead_ns, excess = 0;
+		/* a second apart the queue is empty at any rate here (and dt * 1000 stays in range) */
+		if (dt < 1000000000ULL && in->ahead_ps > dt * 1000)
+			excess = in->ahead_ps - dt * 1000;
+		in->ahead_ns = now;
+		in->ahead_ps = excess + len * in->byte_ps;
+		if ((__s64)(held + len) > (__s64)in->peak_held_bytes) {
+			in->peak_held_bytes = held + len;
+			in->peak_ahead_bytes = excess / in->byte_ps;
+		}
+	}
 	if (in->xoff_bytes && (__s64)held < (__s64)in->xoff_bytes && (__s64)(held + len) >= (__s64)in->xoff_bytes) {
 		if (!in->xoff_cross_ns)
 			in->xoff_cross_ns = bpf_ktime_get_ns();
