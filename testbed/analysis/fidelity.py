@@ -115,7 +115,7 @@ def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
         notes.append(
             f"the switch agent paused later than the PFC headroom allows ({qos['pfc']['reaction_us']['allowance']:.0f} "
             f"us): {len(late)} lossless rows held more than XOFF plus headroom (worst {w['port']} class "
-            f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, its slowest pause "
+            f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, its slowest answer to XOFF "
             f"{w['max_reaction_us']:.0f} us)")
     ahead = [r for r in overruns if r.get("link_ahead")]
     if ahead:
@@ -124,9 +124,9 @@ def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
         w = max(ahead, key=lambda r: r["max_held_bytes"] - r["limit_bytes"])
         notes.append(
             f"{len(ahead)} lossless rows held more than XOFF plus headroom though paused in time, as their links "
-            f"had delivered faster than their rate (worst {w['port']} class {w['class']}: {w['max_held_bytes']} of "
-            f"{w['limit_bytes']} bytes, {w['ahead_bytes']} bytes ahead of the link's rate; slowest pause "
-            f"{w['max_reaction_us']:.0f} us)")
+            f"had delivered faster than their rate or held frames in a CPU's backlog (worst {w['port']} class "
+            f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, {w['ahead_bytes']} bytes ahead of the "
+            f"link's rate, frames held up to {w.get('wire_us', 0):.0f} us; slowest pause {w['max_reaction_us']:.0f} us)")
     return notes
 
 

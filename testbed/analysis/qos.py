@@ -119,11 +119,13 @@ def headroom_overruns(agent: dict) -> list[dict]:
     upstream went on sending past what the headroom covers. The headroom holds what a link at its
     rate delivers while the pause takes effect, so an overrun has one of three causes:
     - late: the slowest pause the row asked for took longer than the reaction the headroom is sized
-      for (the machine kept the switch agent from running);
-    - link_ahead: the pause came in time, but just before the row's highest count its link had
-      delivered at least the overrun beyond its rate (port_dequeue's measure, peak_ahead_bytes:
-      the upstream port's bucket let a burst out after an idle spell, or frames bunched up behind a
-      late softirq), which a hardware link does not;
+      for, or a crossing of XOFF went unanswered for longer (the row was back below XON before the
+      agent looked: max_unanswered_us) (the machine kept the switch agent from running);
+    - link_ahead: the pause came in time, but at the row's highest count its link had delivered
+      beyond its rate (port_dequeue's peak_ahead_bytes: the upstream port's bucket let a burst out
+      after an idle spell, or frames bunched up behind a late softirq) or had held frames in a CPU's
+      backlog (peak_wire_us: bytes the upstream had sent before the pause that arrived after it),
+      together at least the overrun, which a hardware link does not;
     - neither: the headroom is too small for the rates, or the pause did not hold (the policy's or
       the switch's failing).
     The first two are the emulator's (emulators)."""
@@ -135,13 +137,16 @@ def headroom_overruns(agent: dict) -> list[dict]:
         limit = r["xoff_bytes"] + r["headroom_bytes"]
         peak = max(r["max_held_bytes"], r.get("peak_held_bytes", 0))
         if peak > limit:
-            late = bool(allowance and r["max_reaction_us"] > allowance)
+            slowest = max(r["max_reaction_us"], r.get("max_unanswered_us", 0.0))
+            late = bool(allowance and slowest > allowance)
             ahead = r.get("peak_ahead_bytes", 0)
-            link_ahead = not late and peak - limit <= ahead
+            # what the link at its rate delivers while a frame waited that long in a backlog
+            wire = int(r.get("peak_wire_us", 0) * 1e6 / r["byte_ps"]) if r.get("byte_ps") else 0
+            link_ahead = not late and peak - limit <= ahead + wire
             out.append({"port": r["port"], "class": r["class"], "max_held_bytes": peak,
-                        "limit_bytes": limit, "max_reaction_us": r["max_reaction_us"],
-                        "ahead_bytes": ahead, "late": late, "link_ahead": link_ahead,
-                        "emulators": late or link_ahead})
+                        "limit_bytes": limit, "max_reaction_us": slowest,
+                        "ahead_bytes": ahead, "wire_us": r.get("peak_wire_us", 0), "wire_bytes": wire,
+                        "late": late, "link_ahead": link_ahead, "emulators": late or link_ahead})
     return out
 
 

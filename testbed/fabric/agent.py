@@ -29,6 +29,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,7 @@ FLUSH_NS = 20_000_000
 INPUT_SAMPLE_NS = 20_000_000
 REPORT_NS = 100_000_000  # telemetry summaries to the controller
 MIN_SLEEP_S = 50e-6
+SO_TIMESTAMPNS = 35   # asm-generic/socket.h (Python's socket module leaves it out)
 # A resumed leaf keeps its one-frame HTB bucket until the agent's next look (at least this many
 # frame times at its rate): the XON frame runs the port's qdisc, and the first frame it dequeues
 # spends the credit the pause saved up (HTB caps the credit at the bucket when it charges a frame).
@@ -89,9 +91,15 @@ class Agent:
         self.queue_leaf = {ix: i for i, ix in self.leaf_queue.items()}
         # each (ingress port, class) row's link rate, for port_dequeue's measure of how far the
         # link ran ahead of it (a link's two ends run at the same rate)
+        tai_minus_real = max(0, time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns())
         for ix, leaf in self.queue_leaf.items():
             if self.leaves[leaf].bw_bps > 0:
                 maps.ingress["byte_ps"][ix] = round(8e12 / self.leaves[leaf].bw_bps)
+                maps.ingress["tai_minus_real_ns"][ix] = tai_minus_real
+        # a socket that asks for receive timestamps makes the kernel stamp every frame as it enters
+        # a CPU's backlog (a global switch), which port_dequeue reads for the time a link held it
+        self.stamps = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.stamps.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         # The controller's policy names a queue by its QueueId's key; the data path, by its row.
         self.key_index = {q.id.key: q.index for q in self.queues}
         self.key_leaf = {l.id.key: i for i, l in enumerate(self.leaves)}
@@ -103,6 +111,11 @@ class Agent:
         self.max_depth = np.zeros(self.n, dtype=np.uint64)
         self.max_held = np.zeros(self.n, dtype=np.int64)   # ingress rule: most a row held
         self.max_reaction = np.zeros(self.n, dtype=np.int64)  # slowest pause a row asked for
+        # a row's XOFF crossing the agent never answered: it fell below XON before any look saw it
+        # above XOFF, so no pause (and no reaction) was recorded; the longest from such a crossing
+        # to the look that cleared its stamp (the agent kept off its CPU misses crossings whole)
+        self.answered = np.zeros(self.n, dtype=bool)
+        self.max_unanswered = np.zeros(self.n, dtype=np.int64)
         self.reaction_allowance_ns = 0                     # what the headroom assumes (policy)
         # a switch's egress queue rows (the deadlock check follows an ingress row to them)
         self.switch_rows: dict[str, list[int]] = {}
@@ -356,11 +369,19 @@ class Agent:
         else:
             rows, level = self._view, self._view["depth_bytes"].astype(np.int64)
         cross = rows["xoff_cross_ns"]
-        self.carry_out(self.pfc.look(level, cross))
+        decisions = self.pfc.look(level, cross)
+        self.answered |= self.pfc.asserted
+        self.carry_out(decisions)
         # Only a stamp from before this look's reading: carrying out its pauses takes a while, and
         # a row below XON then may have crossed XOFF since (a CI run lost such stamps, and its
         # pauses then had no reaction time)
-        cross[self.pfc.rearm(level, cross, read_ns)] = 0
+        clear = self.pfc.rearm(level, cross, read_ns)
+        missed = clear & ~self.answered
+        if missed.any():
+            self.max_unanswered[missed] = np.maximum(self.max_unanswered[missed],
+                                                     read_ns - cross[missed].astype(np.int64))
+        cross[clear] = 0
+        self.answered[clear] = False
 
     def _chore_control(self, now: int) -> None:
         """Deadlocks, the watchdog, the controller's messages, and telling it the traffic started."""
@@ -388,6 +409,7 @@ class Agent:
         self.events.close()
         self.telemetry.close()
         self.nl.close()
+        self.stamps.close()
         self.port_socks.close()
         self.controller.close()
 

@@ -58,7 +58,9 @@ def _ingress_end(agent) -> list[dict]:
                     "lost_bytes": int(ing["lost_bytes"][r]), "held_bytes": int(held[r]),
                     "max_held_bytes": int(agent.max_held[ix]), "xoff_crossings": int(ing["xoff_crossings"][r]),
                     "max_reaction_us": int(agent.max_reaction[ix]) / 1e3,
+                    "max_unanswered_us": int(agent.max_unanswered[ix]) / 1e3,
                     "peak_held_bytes": int(ing["peak_held_bytes"][r]),
                     "peak_ahead_bytes": int(ing["peak_ahead_bytes"][r]),
+                    "peak_wire_us": int(ing["peak_wire_ns"][r]) / 1e3, "byte_ps": int(ing["byte_ps"][r]),
                     **agent.queue_policy[r].get("ingress", {})})
     return out

@@ -39,7 +39,8 @@ HIST = np.dtype([("ect", "<u8", (HIST_BUCKETS,)), ("marked", "<u8", (HIST_BUCKET
 INGRESS = np.dtype([("in_bytes", "<u8"), ("in_pkts", "<u8"), ("out_bytes", "<u8"), ("out_pkts", "<u8"),
                     ("xoff_bytes", "<u8"), ("lost_bytes", "<u8"), ("xoff_cross_ns", "<u8"),
                     ("xoff_crossings", "<u8"), ("byte_ps", "<u8"), ("ahead_ns", "<u8"), ("ahead_ps", "<u8"),
-                    ("peak_held_bytes", "<u8"), ("peak_ahead_bytes", "<u8")])
+                    ("peak_held_bytes", "<u8"), ("peak_ahead_bytes", "<u8"), ("tai_minus_real_ns", "<u8"),
+                    ("wire_max_ns", "<u8"), ("peak_wire_ns", "<u8")])
 MAPS = {"queues": (QUEUE, MAX_QUEUES), "profiles": (PROFILE, MAX_QUEUES), "hists": (HIST, MAX_QUEUES),
         "ingress": (INGRESS, MAX_QUEUES), "dscp_class": (np.dtype("<u8"), DSCP_MAP_ENTRIES)}
 HASH_MAPS = ("port_slot", "host_mac")

@@ -10,22 +10,32 @@ from pyroute2 import IPRoute
 from testbed.fabric.agent_io import Netlink, _nested_u32
 
 
-def test_the_raw_qdisc_dump_reads_every_queue_length_pyroute2_decodes():
-    nl = Netlink()
-    try:
-        raw = nl.qdisc_qlens(0)
-        again = nl.qdisc_qlens(0)   # the socket is left ready for the next request
-    finally:
-        nl.close()
+def decoded_qlens() -> dict[tuple[int, int], int]:
     with IPRoute() as ipr:
-        decoded = {}
+        out = {}
         for m in ipr.get_qdiscs():
             q = m.get_nested("TCA_STATS2", "TCA_STATS_QUEUE")
             if q is not None:
-                decoded[(m["index"], m["handle"])] = q["qlen"]
+                out[(m["index"], m["handle"])] = q["qlen"]
+        return out
+
+
+def test_the_raw_qdisc_dump_reads_every_queue_length_pyroute2_decodes():
+    # the same namespace's qdiscs may change while it is read (another run's fabric coming up):
+    # compared when pyroute2 read the same before and after
+    nl = Netlink()
+    try:
+        for _ in range(5):
+            before = decoded_qlens()
+            raw = nl.qdisc_qlens(0)
+            again = nl.qdisc_qlens(0)   # the socket is left ready for the next request
+            if decoded_qlens() == before:
+                break
+    finally:
+        nl.close()
     # every namespace has lo: its noqueue qdisc is dumped too
-    assert decoded and socket.if_nametoindex("lo") in {ix for ix, _ in decoded}
-    assert raw == decoded and again.keys() == raw.keys()
+    assert before and socket.if_nametoindex("lo") in {ix for ix, _ in before}
+    assert raw == before and again.keys() == raw.keys()
 
 
 def test_a_nested_attribute_is_found_by_its_path_and_a_missing_one_is_none():

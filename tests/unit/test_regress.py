@@ -235,6 +235,15 @@ def test_a_row_past_its_headroom_behind_a_link_that_ran_ahead_of_its_rate_is_the
     assert verdict(["packets.port_buffer_drops"], False, lost_to_the_emulator(s)) == "regressed"
     s["qos"]["pfc"]["headroom_overruns"] = over[:1]
     assert verdict(["packets.port_buffer_drops"], False, lost_to_the_emulator(s)) == "inconclusive"
+    # a frame held in a CPU's backlog for 400 us, of a link at 80 ns a byte: 5000 bytes it
+    # delivered after the pause that the upstream had sent before it
+    agent["ingress_end"][1].update(peak_wire_us=400.0, byte_ps=80_000)
+    assert headroom_overruns(agent)[1]["wire_bytes"] == 5000 and headroom_overruns(agent)[1]["link_ahead"]
+    # a crossing the agent never answered (the row was back below XON before it looked) for longer
+    # than the allowance is a late one, though every pause it sent was in time
+    agent["ingress_end"][1].update(peak_wire_us=0.0, max_unanswered_us=30_000.0)
+    (_, r) = headroom_overruns(agent)
+    assert r["late"] and r["emulators"] and r["max_reaction_us"] == 30_000.0 and not r["link_ahead"]
     # a run recorded before the measure existed reads no link ahead
     del agent["ingress_end"][0]["peak_ahead_bytes"], agent["ingress_end"][0]["peak_held_bytes"]
     assert headroom_overruns(agent)[0]["link_ahead"] is False

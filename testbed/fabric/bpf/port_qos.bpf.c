@@ -82,7 +82,16 @@ struct profile {
  * past (Lindley's recursion). At the row's highest count, peak_ahead_bytes keeps it, so an
  * overrun of the headroom can be told apart: the link's running ahead, or a pause that did not
  * hold (testbed.analysis.qos.headroom_overruns). Frames of one row may arrive on both CPUs at
- * once; the updates are not atomic, so a rare race may miss a frame's share. */
+ * once; the updates are not atomic, so a rare race may miss a frame's share.
+ *
+ * How long the link held its frames: a frame leaves its upstream's qdisc straight into the veth,
+ * whose receive side queues it in a CPU's backlog until a softirq runs this program. A hardware
+ * link holds a cable's delay; this one holds what a late softirq leaves waiting, and a row's
+ * crossing of XOFF is seen that late, with the bytes behind it already on their way. The kernel
+ * stamps each frame (skb->tstamp, CLOCK_REALTIME) as it enters the backlog, while the switch agent
+ * holds a socket that asks for timestamps; wire_max_ns is the longest a frame waited there since
+ * the row last went above XOFF, kept at its peak as peak_wire_ns. tai_minus_real_ns (the agent's)
+ * puts the stamp on bpf_ktime_get_tai_ns's clock. */
 struct ingress {
 	__u64 in_bytes;
 	__u64 in_pkts;
@@ -97,6 +106,9 @@ struct ingress {
 	__u64 ahead_ps;          /* the rate-draining queue, with the last arrival in it */
 	__u64 peak_held_bytes;   /* the most the row held, counted at each arrival */
 	__u64 peak_ahead_bytes;  /* what had arrived beyond the link's rate just before that peak */
+	__u64 tai_minus_real_ns; /* the agent's: CLOCK_TAI - CLOCK_REALTIME */
+	__u64 wire_max_ns;       /* the longest a frame waited on the link since the row went above XOFF */
+	__u64 peak_wire_ns;      /* wire_max_ns at the peak */
 };
 
 struct hist {
@@ -397,9 +409,19 @@ int port_dequeue(struct __sk_buff *skb)
 			excess = in->ahead_ps - dt * 1000;
 		in->ahead_ns = now;
 		in->ahead_ps = excess + len * in->byte_ps;
+		__u64 stamp = skb->tstamp, wire = 0;
+		if (stamp) {
+			__u64 tai = bpf_ktime_get_tai_ns(), sent = stamp + in->tai_minus_real_ns;
+			wire = tai > sent ? tai - sent : 0;
+		}
+		if (in->xoff_bytes && (__s64)(held + len) < (__s64)in->xoff_bytes)
+			in->wire_max_ns = 0;
+		else if (wire > in->wire_max_ns)
+			in->wire_max_ns = wire;
 		if ((__s64)(held + len) > (__s64)in->peak_held_bytes) {
 			in->peak_held_bytes = held + len;
 			in->peak_ahead_bytes = excess / in->byte_ps;
+			in->peak_wire_ns = in->wire_max_ns;
 		}
 	}
 	if (in->xoff_bytes && (__s64)held < (__s64)in->xoff_bytes && (__s64)(held + len) >= (__s64)in->xoff_bytes) {
