@@ -111,23 +111,30 @@ def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
     if late:
         # A switch's headroom holds what arrives while its pause takes effect; this one's pause came
         # later than the headroom is sized for, so what a lossless switch would have held, it did not
-        w = max(late, key=lambda r: r["max_held_bytes"] - r["limit_bytes"])
+        w = _worst_overrun(late)
         notes.append(
             f"the switch agent paused later than the PFC headroom allows ({qos['pfc']['reaction_us']['allowance']:.0f} "
-            f"us): {len(late)} lossless rows held more than XOFF plus headroom (worst {w['port']} class "
-            f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, its slowest answer to XOFF "
-            f"{w['max_reaction_us']:.0f} us)")
+            f"us): {len(late)} lossless rows held more than XOFF plus headroom (worst {_held(w)}, its slowest "
+            f"answer to XOFF {w['max_reaction_us']:.0f} us)")
     ahead = [r for r in overruns if r.get("link_ahead")]
     if ahead:
         # the pause came in time, but the link had delivered faster than its rate, which the
         # headroom (sized on a link at its rate) need not hold and a hardware link does not do
-        w = max(ahead, key=lambda r: r["max_held_bytes"] - r["limit_bytes"])
+        w = _worst_overrun(ahead)
         notes.append(
             f"{len(ahead)} lossless rows held more than XOFF plus headroom though paused in time, as their links "
-            f"had delivered faster than their rate or held frames in a CPU's backlog (worst {w['port']} class "
-            f"{w['class']}: {w['max_held_bytes']} of {w['limit_bytes']} bytes, {w['ahead_bytes']} bytes ahead of the "
-            f"link's rate, frames held up to {w.get('wire_us', 0):.0f} us; slowest pause {w['max_reaction_us']:.0f} us)")
+            f"had delivered faster than their rate or held frames in a CPU's backlog (worst {_held(w)}, "
+            f"{w['ahead_bytes']} bytes ahead of the link's rate, frames held up to {w.get('wire_us', 0):.0f} us; "
+            f"slowest pause {w['max_reaction_us']:.0f} us)")
     return notes
+
+
+def _worst_overrun(rows: list[dict]) -> dict:
+    return max(rows, key=lambda r: r["max_held_bytes"] - r["limit_bytes"])
+
+
+def _held(r: dict) -> str:
+    return f"{r['port']} class {r['class']}: {r['max_held_bytes']} of {r['limit_bytes']} bytes"
 
 
 def _link_notes(link_fid: dict) -> list[str]:

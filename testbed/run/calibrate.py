@@ -88,6 +88,7 @@ def slower_after(runs: int) -> float:
     """How much slower than auto's D the run after `runs` runs that could not keep up runs."""
     return min(SLOWER_MAX, SLOWER_PER_RETRY ** runs)
 
+
 # the policy a calibration runs: the default classes with ECN marking, and PFC as the scenario has
 # it: with PFC the switch agent polls every queue at 2 kHz, which costs a 4x4 torus half its
 # faithful rate (measured: 5 Mb/s with PFC on, 20 Mb/s off)
