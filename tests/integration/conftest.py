@@ -1,3 +1,5 @@
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -6,7 +8,21 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import ROOT, cli_argv  # noqa: E402
+
 FOREIGN_BRIDGE = "tbforeign0"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_dead_runs_left():
+    """A run killed before this session (an aborted test run, a scenario whose shell was killed) keeps
+    its bridges until the next run removes them, by that run's own record. Tests that compare the
+    fabric before and after a run would take that removal for their run's doing: start from what
+    `testbed clean` leaves, which is only ever what dead testbed runs recorded."""
+    if os.geteuid() != 0 or not shutil.which("ovs-vsctl"):
+        return
+    out = subprocess.run(cli_argv("clean"), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"testbed clean failed before the session:\n{out.stdout}{out.stderr}"
 
 
 @pytest.fixture
