@@ -17,14 +17,17 @@ BPF_OBJ := build/port_qos.bpf.o
 bpf: $(BPF_OBJ)
 $(BPF_OBJ): testbed/fabric/bpf/port_qos.bpf.c | host
 	@mkdir -p build
-	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) -c $< -o $@
+	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) \
+	  -DSOURCE_SHA256='"'$$(sha256sum $< | cut -d' ' -f1)'"' -c $< -o $@
 
 # The NIC data plane (testbed/traffic/nic/nicdp.c), loaded by the engine and the unit tests with ctypes.
+# Both compiled files carry their source's SHA-256, which their loaders check (testbed/built.py).
 NIC_LIB := build/libnicdp.so
 nic: $(NIC_LIB)
 $(NIC_LIB): testbed/traffic/nic/nicdp.c | host
 	@mkdir -p build
-	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter -shared -fPIC -o $@ $< -lz
+	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter -shared -fPIC \
+	  -DSOURCE_SHA256='"'$$(sha256sum $< | cut -d' ' -f1)'"' -o $@ $< -lz
 
 host:
 	@bash tools/setup-host.sh
@@ -81,7 +84,7 @@ docs: venv
 test: setup
 	$(PY) -m pytest -q -rs
 
-test-unit: venv nic
+test-unit: venv bpf nic
 	$(PY) -m pytest -q tests/unit
 
 clean-state: venv

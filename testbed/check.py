@@ -17,6 +17,7 @@ from testbed.fabric.routing import compute_routes
 from testbed.run import probe
 from testbed.scenario import Scenario, build_fabric
 from testbed.scenario.dilation import dilate
+from testbed.traffic import nic
 from testbed.traffic.workload import build_messages, job_fabric, job_scenario, message_latency_s
 
 CHECK_VERSION = 1
@@ -31,6 +32,10 @@ def machine(sc: Scenario) -> dict:
     try:
         bpfmaps.require_object()
     except bpfmaps.BpfUnavailable as e:
+        blockers.append(str(e))
+    try:
+        nic.require_built()
+    except nic.NotBuilt as e:
         blockers.append(str(e))
     blockers += probe.socket_buffers_too_small()
     datapath = probe.choose_datapath()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.built import stale_build
 from testbed.errors import RunFailed
 from testbed.paths import BUILD_DIR
 
@@ -52,11 +53,10 @@ class BpfUnavailable(RunFailed):
 
 
 def require_object(path: Path = OBJECT) -> None:
-    """Fail before anything starts if the compiled program is missing or stale."""
-    if not path.exists():
-        raise BpfUnavailable(f"{path} is missing: run `make bpf` (part of `make setup`)")
-    if path.stat().st_mtime < SOURCE.stat().st_mtime:
-        raise BpfUnavailable(f"{path} is older than {SOURCE.name}: run `make bpf`")
+    """Fail before anything starts if the compiled program is missing or not built from SOURCE."""
+    why = stale_build(path, SOURCE, "bpf")
+    if why:
+        raise BpfUnavailable(why)
 
 
 def _libbpf():

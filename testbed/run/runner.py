@@ -34,6 +34,7 @@ from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.run.state import RunLock, RunRecord, clean_stale
 from testbed.runfolder import RunFolder
 from testbed.scenario import Scenario, build_fabric
+from testbed.traffic import nic
 from testbed.traffic.plan import EnginePlan
 from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
 
@@ -64,6 +65,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
             raise RunFailed(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
                             f"(run `make setup`, which raises them)")
         bpfmaps.require_object()
+        nic.require_built()
         clean_stale(log=log)
         run_dir = base / sc.name / stamp
         rf = RunFolder(run_dir)

@@ -454,3 +454,10 @@ int host_dequeue(struct __sk_buff *skb)
 }
 
 char LICENSE[] SEC("license") = "GPL";
+
+#ifndef SOURCE_SHA256
+#error "build with `make bpf`: it passes this file's SHA-256 as SOURCE_SHA256"
+#endif
+/* read back by testbed/built.py, to tell this build from one of another source; libbpf skips the
+ * section */
+const char source_sha256[] SEC(".testbed_source") __attribute__((used)) = "testbed-source-sha256:" SOURCE_SHA256;

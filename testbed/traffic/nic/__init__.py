@@ -7,6 +7,8 @@ from __future__ import annotations
 import ctypes as C
 from pathlib import Path
 
+from testbed.built import stale_build
+from testbed.errors import RunFailed
 from testbed.paths import BUILD_DIR
 
 LIBRARY = BUILD_DIR / "libnicdp.so"
@@ -96,16 +98,22 @@ class Result(C.Structure):
 _lib = None
 
 
-class NotBuilt(RuntimeError):
+class NotBuilt(RunFailed):
     pass
+
+
+def require_built() -> None:
+    """Fail before anything starts if the library is missing or not built from SOURCE."""
+    why = stale_build(LIBRARY, SOURCE, "nic")
+    if why:
+        raise NotBuilt(why)
 
 
 def lib() -> C.CDLL:
     """The library, loaded once; its struct sizes are checked against the mirrors above."""
     global _lib
     if _lib is None:
-        if not LIBRARY.exists() or LIBRARY.stat().st_mtime < SOURCE.stat().st_mtime:
-            raise NotBuilt(f"{LIBRARY} is missing or older than {SOURCE.name}: run `make setup`")
+        require_built()
         L = C.CDLL(str(LIBRARY))
         L.nic_sizeof.argtypes = [C.c_int]
         for i, s in enumerate((GbnSender, GbnReceiver, DcqcnParams, DcqcnState, Plan, Result)):

@@ -36,6 +36,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#ifndef SOURCE_SHA256
+#error "build with `make nic`: it passes this file's SHA-256 as SOURCE_SHA256"
+#endif
+/* read back by testbed/built.py, to tell this build from one of another source */
+__attribute__((used)) static const char source_sha256[] = "testbed-source-sha256:" SOURCE_SHA256;
+
 #define PSN_MOD (1LL << 24)
 #define PSN_HALF (1LL << 23)
 #define AETH_ACK 0x1F
