@@ -298,7 +298,7 @@ class Agent:
         sample_ns = int(1e9 / p.telemetry_hz)
         # Without PFC nothing needs a faster look than the telemetry's.
         poll_ns = int(1e9 / p.poll_hz) if self.pfc.feeders else sample_ns
-        self._stuck_ns = int(p.deadlock_detect_ms * 1e6)
+        self._stuck_ns = int(p.deadlock_after_ms * 1e6)
         self._watchdog_ns = int(p.watchdog_ms * 1e6)
         self._stuck_since: dict = {}
         self._traffic_started = False

@@ -89,6 +89,13 @@ class AgentPlan:
     leaves: tuple[LeafSpec, ...]
     plan_version: int = AGENT_PLAN_VERSION
 
+    @property
+    def deadlock_after_ms(self) -> float:
+        """How long a cycle of paused, non-empty queues goes without progress before it is a deadlock:
+        deadlock_detect_ms, but never before twice the PFC watchdog (at any D), since a cycle the
+        watchdog breaks is no deadlock yet."""
+        return max(self.deadlock_detect_ms, 2 * self.watchdog_ms)
+
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["queues"] = [q.to_json() for q in self.queues]

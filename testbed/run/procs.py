@@ -25,10 +25,10 @@ class ManagedProcess:
     """A child process with its output in a log file; a context manager that always stops it."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path, env: dict | None = None,
-                 cwd: str | None = None, pass_fds: tuple[int, ...] = ()):
+                 cwd: str | None = None, pass_fds: tuple[int, ...] = (), stop_timeout_s: float = 5.0):
         self.name, self.argv, self.log_path, self.env, self.cwd = name, argv, log_path, env, cwd
         self.pass_fds = pass_fds
-        self.stop_timeout_s = 5.0   # SIGTERM, then this long before SIGKILL
+        self.stop_timeout_s = stop_timeout_s   # SIGTERM, then this long before SIGKILL
         self.proc: subprocess.Popen | None = None
         self.on_start = None  # callback(pid), set by whoever records what the run created
 

@@ -194,14 +194,13 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                 rf.engine_plan.write_text(json.dumps(plan.to_json()))
                 agent_plan = build_agent_plan(sc, net.ports, str(run_dir), agent_socket)
                 rf.agent_plan.write_text(json.dumps(agent_plan.to_json()))
+                # after SIGTERM it resumes every paused port and writes its telemetry and stats: on a
+                # VM whose CPU was stolen for 0.4 s at a time that outlasted 5 s once (killed, exit -9)
                 agent = ManagedProcess("switch agent", [sys.executable, "-m", "testbed.fabric.agent",
                                                         str(rf.agent_plan)],
                                        rf.agent_log, cwd=str(PROJECT_ROOT),
-                                       pass_fds=tuple(agent_plan.map_fds.values()))
+                                       pass_fds=tuple(agent_plan.map_fds.values()), stop_timeout_s=30.0)
                 agent.on_start = record.add_process
-                # after SIGTERM it resumes every paused port and writes its telemetry and stats: on a
-                # VM whose CPU was stolen for 0.4 s at a time that outlasted 5 s once (killed, exit -9)
-                agent.stop_timeout_s = 30.0
                 with agent:
                     wait_until(lambda: rf.announced("agent") or not agent.alive(), 30,
                                "the switch agent to apply the controller's port policy")

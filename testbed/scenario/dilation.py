@@ -12,8 +12,9 @@ the NIC data plane's timers, the fault schedule, the controller's policy changes
 What stays wall-clock, because it is the emulator's and not the fabric's: run.time_limit_s,
 routes_ready_timeout_s, stall_timeout_s (raised to twice the dilated RTO, so that a timeout is
 never a stall), the switch agent's sampling and poll rates, the data plane's batch and lead, and
-qos.deadlock_detect_ms (the testbed's own detector; raised to twice the dilated PFC watchdog, so
-that a cycle the watchdog breaks in hardware time is not declared a deadlock first). Gupta et al. (NSDI'06) and VT-Mininet scale
+qos.deadlock_detect_ms (the testbed's own detector; the switch agent waits at least twice the
+dilated PFC watchdog, AgentPlan.deadlock_after_ms, so that a cycle the watchdog breaks in hardware
+time is not declared a deadlock first). Gupta et al. (NSDI'06) and VT-Mininet scale
 the same way; REFERENCE.md lists what scales and what does not.
 """
 from __future__ import annotations
@@ -46,10 +47,7 @@ def dilate(sc: Scenario, factor: float, chosen_by: str, calibration: dict | None
                                  link_delay_ns=f.link_delay_ns * d, switch_latency_ns=f.switch_latency_ns * d)
     transport = dataclasses.replace(sc.transport, rto_ms=sc.transport.rto_ms * d)
     dcqcn = dataclasses.replace(sc.dcqcn, time_scale=sc.dcqcn.time_scale * d)
-    # a cycle the watchdog would break is no deadlock yet: the detector waits out twice the watchdog
-    watchdog_ms = sc.qos.pfc_watchdog_ms * d
-    qos = dataclasses.replace(sc.qos, pfc_watchdog_ms=watchdog_ms,
-                              deadlock_detect_ms=max(sc.qos.deadlock_detect_ms, 2 * watchdog_ms))
+    qos = dataclasses.replace(sc.qos, pfc_watchdog_ms=sc.qos.pfc_watchdog_ms * d)
     run = dataclasses.replace(sc.run, dilation=d,
                               stall_timeout_s=max(sc.run.stall_timeout_s, 2 * transport.rto_ms / 1e3))
     return dataclasses.replace(

@@ -253,7 +253,8 @@ class QosSpec:
     pfc_watchdog_ms: float = spec(0.0, "PFC watchdog: a port paused this long stops honouring pauses "
                                   "(its queue drops instead) until the cause clears; 0: off", "float", 0.0, 60000.0)
     deadlock_detect_ms: float = spec(300.0, "report a PFC deadlock when a cycle of paused, non-empty queues "
-                                     "has made no progress this long", "float", 10.0, 60000.0)
+                                     "has made no progress this long (wall clock; never before twice the PFC "
+                                     "watchdog)", "float", 10.0, 60000.0)
     telemetry_hz: float = spec(1000.0, "queue telemetry sampling rate, per second", "float", 10.0, 20000.0)
     agent_poll_hz: float = spec(2000.0, "how often the switch agent checks queues against XOFF/XON, per "
                                 "second (with PFC on)", "float", 100.0, 50000.0)

@@ -43,9 +43,9 @@ def test_dilate_scales_every_rate_and_time_and_no_byte():
     assert sc.faults[0].at_s == pytest.approx(1.0) and sc.policy_changes[0].at_s == pytest.approx(2.0)
     # a go-back-N timeout is never a stall: the wall-clock stall guard is at least twice the RTO
     assert sc.run.stall_timeout_s >= 2 * sc.transport.rto_ms / 1e3
-    # nor is a cycle the watchdog breaks a deadlock: the detector waits twice the dilated watchdog
-    assert sc.qos.deadlock_detect_ms == pytest.approx(1000)
-    assert dilate(hardware(), 10, "set").qos.deadlock_detect_ms == hw.qos.deadlock_detect_ms == 300
+    # the testbed's own deadlock detector is wall clock (the agent waits out twice the watchdog:
+    # test_plans)
+    assert sc.qos.deadlock_detect_ms == hw.qos.deadlock_detect_ms == 300
     # bytes are the hardware's
     for a, b in ((hw.fabric, sc.fabric), (hw.workload, sc.workload)):
         for f in dataclasses.fields(a):

@@ -1,6 +1,7 @@
 """The plans the runner hands the engine and the switch agent across the process boundary: typed
 records that survive their JSON, keep the keys the analysis reads, name a message's fields (no
 positional rows), and refuse another version."""
+import dataclasses
 import json
 
 import pytest
@@ -34,6 +35,14 @@ def test_a_plan_survives_its_json_and_another_version_is_refused(make, version):
     assert type(plan).from_json(doc) == plan
     with pytest.raises(ValueError, match="version"):
         type(plan).from_json(doc | {"plan_version": version + 1})
+
+
+def test_a_cycle_the_watchdog_breaks_is_not_a_deadlock_first():
+    # at any D: a 100 us watchdog dilated 5000x is 500 ms, past the 50 ms detector
+    plan = agent_plan()
+    assert plan.deadlock_after_ms == 50
+    assert dataclasses.replace(plan, watchdog_ms=500.0).deadlock_after_ms == 1000.0
+    assert dataclasses.replace(plan, watchdog_ms=10.0).deadlock_after_ms == 50
 
 
 def test_the_json_keeps_what_the_analysis_reads():
