@@ -102,10 +102,13 @@ def describe(sc: Scenario) -> dict:
     }
     out["dilation"] = dilation_of(sc)
     if sc.qos.pfc:
-        # the thresholds a run derives from the emulated rates (its headroom is what a link delivers
-        # while the switch agent reacts, in wall-clock time): at the D a run would get, if known
-        emulated = dilate(sc, out["dilation"]["factor"], "check") if out["dilation"]["factor"] else sc
-        pol = qos.policy(emulated, fabric, compute_routes(fabric, sc.controller.routing))
+        # the thresholds a run derives, from the emulated fabric at the D a run would get; without a
+        # calibration yet, at the smallest D where they are the hardware's (as at any D above it:
+        # below it the headroom covers the switch agent's own reaction instead)
+        factor = out["dilation"]["factor"] or max(1.0, qos.emulator_reaction_s(sc) / qos.switch_headroom_time_s(sc))
+        emulated = dilate(sc, factor, "check")
+        efabric = build_fabric(emulated.fabric)
+        pol = qos.policy(emulated, efabric, compute_routes(efabric, sc.controller.routing))
         if pol.pfc_accounting == "ingress":
             xoff = [t.xoff_bytes for t in pol.ingress.values()]
             xon = [t.xon_bytes for t in pol.ingress.values()]
@@ -114,6 +117,8 @@ def describe(sc: Scenario) -> dict:
             xoff = [q.xoff_bytes for q in rows]
             xon = [q.xon_bytes for q in rows]
         out["qos"]["pfc_rule"] = pol.pfc_accounting
+        out["qos"]["headroom_covers_us_hardware"] = qos.headroom_time_s(emulated) * 1e6 / factor
+        out["qos"]["reaction_allowance_ms"] = pol.reaction_allowance_us / 1e3 if out["dilation"]["factor"] else None
         out["qos"]["lossless_queues"] = len(pol.pause_map)
         out["qos"]["xoff_bytes"] = [min(xoff), max(xoff)] if xoff else None
         out["qos"]["xon_bytes"] = [min(xon), max(xon)] if xon else None

@@ -358,8 +358,11 @@ def cmd_check(args) -> int:
                                    "first run measures it (testbed calibrate)")
     qtxt = f"{q['scheduling']} over {', '.join(q['classes'])}; ECN {'on' if q['ecn'] else 'off'}; PFC "
     if q["pfc"]:
+        allowed = (f", the switch agent's {q['reaction_allowance_ms']:.3g} ms at this D"
+                   if q.get("reaction_allowance_ms") else "")
         qtxt += (f"{q['pfc_rule']} rule on {q['lossless_queues']} lossless queues, XOFF "
-                 f"{q['xoff_bytes'][0]}-{q['xoff_bytes'][1]} B, XON {q['xon_bytes'][0]}-{q['xon_bytes'][1]} B"
+                 f"{q['xoff_bytes'][0]}-{q['xoff_bytes'][1]} B, XON {q['xon_bytes'][0]}-{q['xon_bytes'][1]} B, "
+                 f"headroom for {q['headroom_covers_us_hardware']:.3g} us of hardware time{allowed}"
                  if q["xoff_bytes"] else f"{q['pfc_rule']} rule, no lossless queue")
     else:
         qtxt += "off"

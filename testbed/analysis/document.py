@@ -99,6 +99,8 @@ def _hardware(s: dict) -> list[tuple]:
         row("one-way latency p99", "one_way_latency_p99", "us", "us"),
         row("bottleneck queueing delay p99", "bottleneck_queueing_delay_p99", "us", "us"),
         row("longest PFC pause", "longest_pause", "us", "ms"), row("PFC paused, all ports", "paused_total", "us", "ms"),
+        row("PFC headroom covers (2 x link delay + response)", "pfc_headroom_time", "us", "us", "{:.4g}"),
+        row("slowest PFC pause, the switch agent's", "pfc_reaction_max", "us", "us", "{:.4g}"),
         row("DCQCN final rate p50", "dcqcn_final_rate_p50", "gbps", "mbps")) if r]
     e = d.get("emulator_latency") or {}
     if e.get("per_hop_ns_hardware") is not None:

@@ -73,6 +73,7 @@ def dilation_section(sc: dict, collective: dict, latency: dict, transport: dict,
     paused = pfc.get("paused_time") or []
     link_bps = f["bw_mbps"] * 1e6
     q99 = queue.get("p99_bytes")
+    react = pfc.get("reaction_us") or {}
     hw = {
         "iteration_s": _pair(_scaled(collective.get("mean_time_s"), 1 / factor), collective.get("mean_time_s"), "s", "s"),
         "bound_s": _pair(_scaled(collective.get("bound_s"), 1 / factor), collective.get("bound_s"), "s", "s"),
@@ -90,6 +91,9 @@ def dilation_section(sc: dict, collective: dict, latency: dict, transport: dict,
                                max((p["longest_ms"] for p in paused), default=None), "us", "ms"),
         "paused_total": _pair(_scaled(sum(p["paused_ms"] for p in paused) if paused else None, 1e3 / factor),
                               sum(p["paused_ms"] for p in paused) if paused else None, "us", "ms"),
+        # the emulator's own reaction against the time PFC headroom covers (qos.headroom_time_s)
+        "pfc_headroom_time": _pair(_scaled(react.get("allowance"), 1 / factor), react.get("allowance"), "us", "us"),
+        "pfc_reaction_max": _pair(_scaled(react.get("max"), 1 / factor), react.get("max"), "us", "us"),
         "dcqcn_final_rate_p50": _pair(float(np.median(rates)) * factor / 1e9 if rates else None,
                                       float(np.median(rates)) / 1e6 if rates else None, "gbps", "mbps"),
     }

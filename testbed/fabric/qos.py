@@ -124,8 +124,8 @@ def frame_bytes(sc: Scenario) -> int:
 def queue_profile(sc: Scenario, c: ClassSpec, upstream_bps: list[float], reaction_s: float) -> QueueProfile:
     """One switch queue's profile. Unless the class sets them, PFC thresholds leave headroom for
     what the upstream senders (each at its own link rate) still deliver after the queue asks:
-    - above XOFF: what each sends during the agent's reaction time, plus two frames a TBF
-      pause lets through;
+    - above XOFF: what each sends over the time the headroom covers (headroom_time_s), plus two
+      frames a TBF pause lets through;
     - above XON: after a resume every upstream may first send one frame ahead of its rate (the
       switch agent resumes a leaf with a one-frame HTB bucket, so the bucket it saved up while
       paused does not leave at once) plus the same, so XON sits that far below the buffer's top.
@@ -201,8 +201,9 @@ class PortPolicy:
 
 
 def ingress_headroom_bytes(sc: Scenario, c: ClassSpec, upstream_bps: float, reaction_s: float) -> int:
-    """What a paused upstream may still deliver above XOFF: its rate over the agent's reaction time,
-    the frame or two its paused TBF still lets through, and the one on the wire."""
+    """What a paused upstream may still deliver above XOFF: its rate over the time the headroom
+    covers (headroom_time_s), the frame or two its paused TBF still lets through, and the one on the
+    wire."""
     return c.headroom_bytes or int(upstream_bps / 8 * reaction_s) + 3 * frame_bytes(sc)
 
 
@@ -211,7 +212,7 @@ def ingress_profile(sc: Scenario, c: ClassSpec, port_bps: list[float], this_bps:
     """PFC thresholds of one ingress port of a switch whose ports run at ``port_bps``. Unless the
     class sets them, XOFF is low enough that the class's buffer on any egress port holds what all
     the other ports may deliver at once, each up to XOFF plus its headroom (so derived thresholds
-    are lossless while the agent reacts within reaction_allowance_s); XON sits one headroom below
+    are lossless while the agent pauses within headroom_time_s); XON sits one headroom below
     XOFF (at least two frames), so a resume does not at once ask for the next pause."""
     buffer = c.buffer_bytes or sc.fabric.queue_limit_bytes
     frame = frame_bytes(sc)
@@ -224,13 +225,32 @@ def ingress_profile(sc: Scenario, c: ClassSpec, port_bps: list[float], this_bps:
     return IngressProfile(xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=mine)
 
 
-def reaction_allowance_s(sc: Scenario) -> float:
-    """What PFC headroom assumes the agent takes to act: the poll interval, a wake-up, a netlink
+def emulator_reaction_s(sc: Scenario) -> float:
+    """What the switch agent takes to act, wall clock: the poll interval, a wake-up, a netlink
     message. Measured from a row's first XOFF crossing on incast-pfc: p50 0.4 ms, p99 0.9-3.8 ms,
     and the longest over 4 quiet runs 1.1-4.8 ms, as the machine now and then keeps the agent from
-    running for 3-5 ms even at a real-time priority. A run whose pause came later than this and
-    whose row outgrew its headroom says it did not keep up (testbed.analysis.qos.headroom_overruns)."""
+    running for 3-5 ms even at a real-time priority."""
     return 1.0 / sc.qos.agent_poll_hz + 0.0015
+
+
+def switch_headroom_time_s(sc: Scenario) -> float:
+    """How long a switch's PFC headroom covers its upstream sending at its rate, as the scenario
+    gives it: the link's round trip (the PAUSE travels up while what was sent travels down) and the
+    response (qos.pfc_response_ns): 2 x fabric.link_delay_ns + qos.pfc_response_ns (x D in an
+    emulated scenario)."""
+    return (2 * sc.fabric.link_delay_ns + sc.qos.pfc_response_ns) / 1e9
+
+
+def headroom_time_s(sc: Scenario) -> float:
+    """How long after a lossless queue passes XOFF its upstream may go on sending at its rate: what
+    derived PFC headroom covers, and so the switch agent's allowance to pause. sc is the emulated
+    scenario, where switch_headroom_time_s is x D, so the headroom in bytes is the hardware's at any
+    D, and the agent has D times the hardware's time to act: its own cost shrinks by D next to the
+    fabric's. Never less than emulator_reaction_s: at a small D (version 1 files run at D = 1) the agent could
+    not act within the hardware's time, and derived thresholds would not be lossless here. A run
+    whose pause came later than this and whose row outgrew its headroom says it did not keep up
+    (testbed.analysis.qos.headroom_overruns)."""
+    return max(switch_headroom_time_s(sc), emulator_reaction_s(sc))
 
 
 def queue_key(ifname: str, cls: int) -> str:
@@ -248,7 +268,7 @@ def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> PortPolicy:
         bps = link.bw_mbps * 1e6
         rate_bps[(link.a, link.a_port if link.a in fabric.switch_by_name else 0)] = bps
         rate_bps[(link.b, link.b_port if link.b in fabric.switch_by_name else 0)] = bps
-    reaction_s = reaction_allowance_s(sc)
+    reaction_s = headroom_time_s(sc)
     rule = sc.qos.pfc_accounting
     feeds = pause_map(fabric, table, sc) if rule == "egress" else {}
     queues, pauses, ingress = {}, {}, {}

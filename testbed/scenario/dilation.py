@@ -6,7 +6,8 @@ the NIC data plane's timers, the fault schedule, the controller's policy changes
 
 - every link rate / D (bytes per second of the emulated fabric);
 - every hardware time x D: propagation and switch latency, compute steps, the RTO, DCQCN's timers
-  (and its rate steps / D, by its time_scale), the PFC watchdog, fault and policy-change times;
+  (and its rate steps / D, by its time_scale), the PFC response and watchdog, fault and policy-change
+  times;
 - bytes unchanged: MTU, messages, buffers, ECN and PFC thresholds, the bandwidth-delay product.
 
 What stays wall-clock, because it is the emulator's and not the fabric's: run.time_limit_s,
@@ -47,7 +48,8 @@ def dilate(sc: Scenario, factor: float, chosen_by: str, calibration: dict | None
                                  link_delay_ns=f.link_delay_ns * d, switch_latency_ns=f.switch_latency_ns * d)
     transport = dataclasses.replace(sc.transport, rto_ms=sc.transport.rto_ms * d)
     dcqcn = dataclasses.replace(sc.dcqcn, time_scale=sc.dcqcn.time_scale * d)
-    qos = dataclasses.replace(sc.qos, pfc_watchdog_ms=sc.qos.pfc_watchdog_ms * d)
+    qos = dataclasses.replace(sc.qos, pfc_watchdog_ms=sc.qos.pfc_watchdog_ms * d,
+                              pfc_response_ns=sc.qos.pfc_response_ns * d)
     run = dataclasses.replace(sc.run, dilation=d,
                               stall_timeout_s=max(sc.run.stall_timeout_s, 2 * transport.rto_ms / 1e3))
     return dataclasses.replace(

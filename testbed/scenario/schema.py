@@ -250,6 +250,12 @@ class QosSpec:
                                "pausing that port's peer) or egress (the egress queue's depth, pausing every "
                                "upstream a route can feed into it: the older rule, kept to compare)", "str",
                                choices=("ingress", "egress"))
+    pfc_response_ns: float = spec(500.0, "hardware time from a lossless queue passing XOFF to its upstream "
+                                  "port stopping, beyond the link's round trip: the switch's detection and "
+                                  "PAUSE, and the sender's response (3840 bytes, about 0.3 us at 100 Gb/s, "
+                                  "in the Mellanox headroom rule; 802.3's upper bound is about 3 us at "
+                                  "100 Gb/s). Derived PFC headroom covers the link's rate over "
+                                  "2 x fabric.link_delay_ns plus this, and three frames", "float", 0.0, 1e6)
     pfc_watchdog_ms: float = spec(0.0, "PFC watchdog: a port paused this long stops honouring pauses "
                                   "(its queue drops instead) until the cause clears; 0: off", "float", 0.0, 60000.0)
     deadlock_detect_ms: float = spec(300.0, "report a PFC deadlock when a cycle of paused, non-empty queues "

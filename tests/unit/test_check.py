@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 from testbed.analysis.bounds import planned_bound
+from testbed.fabric import qos
+from testbed.fabric.routing import compute_routes
+from testbed.scenario import build_fabric, load_scenario
+from testbed.scenario.dilation import dilate
 from testbed.traffic.collectives import Message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +39,15 @@ def test_check_describes_the_fabric_traffic_bound_and_policy_of_a_run():
     assert q["pfc_rule"] == "ingress" and q["lossless_queues"] == 4 * 7 + 2 * 4
     assert q["xon_bytes"][1] < q["xoff_bytes"][1]
     assert d["machine"]["datapath"].startswith("ovs-")
+    # the thresholds a run at D = 16000 gets, which are the hardware's (its 1.5 us of headroom
+    # time), whatever D the machine would choose
+    sc = dilate(load_scenario("incast-pfc"), 16000, "set")
+    fabric = build_fabric(sc.fabric)
+    pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
+    xoff = [t.xoff_bytes for t in pol.ingress.values()]
+    assert q["xoff_bytes"] == [min(xoff), max(xoff)] and q["headroom_covers_us_hardware"] == pytest.approx(1.5)
+    d = json.loads(check("incast-pfc", "--set", "run.dilation=16000", "--json").stdout)
+    assert d["qos"]["xoff_bytes"] == q["xoff_bytes"] and d["qos"]["reaction_allowance_ms"] == pytest.approx(24)
 
 
 def test_check_of_a_pipeline_uses_the_dag_bound_and_counts_compute():

@@ -257,3 +257,27 @@ def test_offload_features_are_those_ethtool_K_turns_off():
             "tx-gre-segmentation", "rx-lro"]
     assert all(offload_feature(n) for n in off)
     assert not any(offload_feature(n) for n in kept)
+
+
+def test_derived_headroom_is_the_hardwares_at_any_dilation_and_the_agent_gets_d_times_its_time():
+    # incast-pfc's hardware: 500 ns links, a 500 ns PFC response: the headroom covers 1.5 us of
+    # line rate. Dilated, the bytes stay (the link's rate / D over 1.5 us x D), and the switch agent
+    # may take 1.5 us x D of wall clock to pause
+    hw = load_scenario("incast-pfc")
+    assert (hw.fabric.link_delay_ns, hw.qos.pfc_response_ns) == (500, 500)
+    frame = qos.frame_bytes(hw)
+    headrooms = {}
+    for d in (6300, 16000, 32000):
+        sc = dilate(hw, d, "set")
+        assert qos.headroom_time_s(sc) == pytest.approx(1.5e-6 * d)
+        fabric = build_fabric(sc.fabric)
+        pol = qos.policy(sc, fabric, compute_routes(fabric, sc.controller.routing))
+        assert pol.reaction_allowance_us == pytest.approx(1.5 * d)
+        headrooms[d] = {k: v.headroom_bytes for k, v in pol.ingress.items()}
+    assert headrooms[6300] == headrooms[16000] == headrooms[32000]
+    # a 100 Gb/s host link: 12.5 GB/s x 1.5 us = 18750 bytes, and three frames
+    assert headrooms[16000]["leaf0-eth1:1"] == 18750 + 3 * frame
+    # a version 1 file runs at D = 1, where no agent pauses within 1.5 us: the headroom covers the
+    # agent's own reaction instead
+    v1 = dataclasses.replace(hw, qos=dataclasses.replace(hw.qos, agent_poll_hz=2000.0))
+    assert qos.headroom_time_s(v1) == pytest.approx(qos.emulator_reaction_s(v1)) == pytest.approx(0.002)
