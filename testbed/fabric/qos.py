@@ -246,10 +246,10 @@ def headroom_time_s(sc: Scenario) -> float:
     derived PFC headroom covers, and so the switch agent's allowance to pause. sc is the emulated
     scenario, where switch_headroom_time_s is x D, so the headroom in bytes is the hardware's at any
     D, and the agent has D times the hardware's time to act: its own cost shrinks by D next to the
-    fabric's. Never less than emulator_reaction_s: at a small D (version 1 files run at D = 1) the agent could
-    not act within the hardware's time, and derived thresholds would not be lossless here. A run
-    whose pause came later than this and whose row outgrew its headroom says it did not keep up
-    (testbed.analysis.qos.headroom_overruns)."""
+    fabric's. Never less than emulator_reaction_s: at a small D (version 1 files run at D = 1) the
+    agent could not act within the hardware's time, and derived thresholds would not be lossless
+    here. A run whose pause came later than this and whose row outgrew its headroom says it did not
+    keep up (testbed.analysis.qos.headroom_overruns)."""
     return max(switch_headroom_time_s(sc), emulator_reaction_s(sc))
 
 
