@@ -11,23 +11,23 @@ SET_ARGS := $(foreach s,$(SET),--set $(s))
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf nic
 
+# Each compiled file carries its source's SHA-256, which its loader checks (testbed/built.py).
+SOURCE_HASH = -DSOURCE_SHA256='"'$$(sha256sum $< | cut -d' ' -f1)'"'
+
 # The per-packet port program (ECN marking, buffer accounting): clang's BPF target; the
 # multiarch include dir holds the kernel UAPI headers' asm/ for this machine.
 BPF_OBJ := build/port_qos.bpf.o
 bpf: $(BPF_OBJ)
 $(BPF_OBJ): testbed/fabric/bpf/port_qos.bpf.c | host
 	@mkdir -p build
-	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) \
-	  -DSOURCE_SHA256='"'$$(sha256sum $< | cut -d' ' -f1)'"' -c $< -o $@
+	clang -O2 -g -Wall -target bpf -I/usr/include/$$(gcc -print-multiarch) $(SOURCE_HASH) -c $< -o $@
 
 # The NIC data plane (testbed/traffic/nic/nicdp.c), loaded by the engine and the unit tests with ctypes.
-# Both compiled files carry their source's SHA-256, which their loaders check (testbed/built.py).
 NIC_LIB := build/libnicdp.so
 nic: $(NIC_LIB)
 $(NIC_LIB): testbed/traffic/nic/nicdp.c | host
 	@mkdir -p build
-	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter -shared -fPIC \
-	  -DSOURCE_SHA256='"'$$(sha256sum $< | cut -d' ' -f1)'"' -o $@ $< -lz
+	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter -shared -fPIC $(SOURCE_HASH) -o $@ $< -lz
 
 host:
 	@bash tools/setup-host.sh

@@ -30,7 +30,8 @@ def stale_build(binary: Path, source: Path, make_target: str) -> str | None:
     carried = built_from(binary)
     if carried is None:
         return f"{binary} carries no source hash (built by hand?): run `make {make_target}`"
-    if carried != source_sha256(source):
+    current = source_sha256(source)
+    if carried != current:
         return (f"{binary} was built from another {source.name} (sha256 {carried[:12]}, this tree's is "
-                f"{source_sha256(source)[:12]}): remove it and run `make {make_target}`")
+                f"{current[:12]}): remove it and run `make {make_target}`")
     return None

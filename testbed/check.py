@@ -105,7 +105,9 @@ def describe(sc: Scenario) -> dict:
         # the thresholds a run derives, from the emulated fabric at the D a run would get; without a
         # calibration yet, at the smallest D where they are the hardware's (as at any D above it:
         # below it the headroom covers the switch agent's own reaction instead)
-        factor = out["dilation"]["factor"] or max(1.0, qos.emulator_reaction_s(sc) / qos.switch_headroom_time_s(sc))
+        hardware_s = qos.switch_headroom_time_s(sc)
+        factor = out["dilation"]["factor"] or (max(1.0, qos.emulator_reaction_s(sc) / hardware_s)
+                                               if hardware_s else 1.0)
         emulated = dilate(sc, factor, "check")
         efabric = build_fabric(emulated.fabric)
         pol = qos.policy(emulated, efabric, compute_routes(efabric, sc.controller.routing))
