@@ -48,3 +48,12 @@ def test_targets_say_met_or_not():
     assert rows["fat-tree k=4: start to routes ready / teardown"][3] is True
     assert rows["telemetry over every k=4 port: sweeps/s / agent cores"][3] is True
     assert rows["PFC reaction, XOFF crossing to pause in force, p50 / p99"][3] is True
+
+
+def test_permutation_rows_fail_on_an_invalid_run_or_a_resend():
+    def rows(valid, resent):
+        res = {"permutation": {"runs": 3, "valid": valid, "resent_without_loss": resent}}
+        return [r[3] for r in targets(res)]
+    assert rows(3, 0) == [True, True]
+    assert rows(2, 0) == [False, True]
+    assert rows(3, 17) == [True, False]
