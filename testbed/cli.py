@@ -32,8 +32,10 @@ def print_summary(s: dict, run_dir: Path) -> None:
     if s["problems"]:
         console.print(f"[bold red]FAILED[/]: {'; '.join(s['problems'])}")
     elif s["status"] == "inconclusive":
-        console.print("[bold yellow]INCONCLUSIVE[/]: nothing failed, but this run is no result: the emulation "
-                      "did not run the configured fabric faithfully (exit 4)")
+        unjudged = [f"{e['metric']} ({e['why']})" for e in s["expectations"] if e["ok"] is None]
+        why = ("the emulation did not run the configured fabric faithfully" if s["fidelity"]["verdict"] != "kept_up"
+               else "expectations it could not judge: " + "; ".join(unjudged))
+        console.print(f"[bold yellow]INCONCLUSIVE[/]: nothing failed, but this run is no result: {escape(why)} (exit 4)")
     else:
         console.print("[bold green]OK[/]")
     console.print(f"results: {run_dir}" + (f" (report: {rf.report_html})" if rf.report_html.exists() else ""))
@@ -42,11 +44,18 @@ def print_summary(s: dict, run_dir: Path) -> None:
 def print_fidelity(fid: dict) -> None:
     """The verdict on the emulation itself, on its own line: a result is only worth what the
     emulation's fidelity says."""
-    lf = fid.get("links") or {}
+    lf, hf = fid.get("links") or {}, fid.get("hosts") or {}
     idle = fid.get("machine_cpu_idle_fraction")
+    # what was judged, each side: a verdict resting on the hosts alone says so
     detail = (f"{lf['busy_links']} busy link(s), worst drained at rate in {lf['worst_share']:.1%} of its backlogged "
               f"windows (needs {lf['min_share']:.0%})" if lf.get("busy_links")
-              else "no link was busy long enough to judge its drain rate")
+              else "no switch link was busy long enough to judge its drain rate")
+    if hf.get("judged_hosts"):
+        worst = hf.get("worst") or {}
+        detail += (f"; {hf['judged_hosts']} sending host(s) judged" + (
+            f", worst at rate in {worst['share']:.1%} of its busy windows" if worst.get("share") is not None else ""))
+    else:
+        detail += "; no sending host was busy long enough to judge"
     detail += f"; machine CPU idle {idle:.0%}" if idle is not None else ""
     if fid["verdict"] == "kept_up":
         console.print(f"[bold green]FIDELITY VALID[/]: {detail}")
@@ -190,19 +199,20 @@ def _run_faithfully(name: str, sets: list[str]) -> tuple[Path, dict]:
     once more, then while the hypervisor stole from the runs), each at a larger multiple of auto's D
     (slower_after: 2, then 4; a D the scenario sets stays); the last is kept either way (baseline and regress call it inconclusive if it
     fell behind too)."""
-    from testbed.run.calibrate import run_again, slower_after
+    from testbed.run.calibrate import reached_verdict, run_again, slower_after
     runs = 0
     while True:
         run_dir, summary = _run_and_analyze(name, sets, slower_after(runs) if runs else 1.0)
         runs += 1
-        if summary["fidelity"]["verdict"] == "kept_up":
+        if reached_verdict(summary):
             return run_dir, summary
         again = run_again(runs, summary)
         steal = summary["fidelity"].get("machine_steal_fraction") or 0.0
         auto = (summary.get("dilation") or {}).get("chosen_by") == "auto"
         more = f", running it once more{f' at {slower_after(runs):g}x auto dilation' if auto else ''}" if again else ""
-        console.print(f"[yellow]{name}: the emulation could not keep up (run {runs}, steal {steal:.0%}: "
-                      f"{'; '.join(summary['fidelity']['notes'])}){more}[/]")
+        why = summary["fidelity"]["notes"] if summary["fidelity"]["verdict"] != "kept_up" else [
+            f"{e['metric']} not judged: {e['why']}" for e in summary["expectations"] if e["ok"] is None]
+        console.print(f"[yellow]{name}: no verdict (run {runs}, steal {steal:.0%}: {escape('; '.join(why))}){more}[/]")
         if not again:
             return run_dir, summary
 
@@ -289,9 +299,10 @@ def cmd_regress(args) -> int:
         failed[n] = [r[0] for r in rows if r[4] not in ("ok", "not judged")]
         not_judged[n] = [r[0] for r in rows if r[4] == "not judged"]
         verdicts[n] = regress.verdict(failed[n], s["fidelity"]["verdict"] == "kept_up",
-                                      regress.lost_to_the_emulator(s))
+                                      regress.lost_to_the_emulator(s), not_judged[n])
         if verdicts[n] == "inconclusive":
-            no_verdict[n] = s["fidelity"]["notes"] or s["problems"]
+            no_verdict[n] = s["fidelity"]["notes"] or s["problems"] or [
+                f"{e['metric']}: {e['why']}" for e in s["expectations"] if e["ok"] is None]
         for r in rows:
             color = "green" if r[4] == "ok" else "red"
             table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")

@@ -94,6 +94,11 @@ def _host_notes(host_fid: dict) -> list[str]:
 def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
     """Open vSwitch falling behind, a saturated machine, and PFC pauses later than the headroom."""
     notes = []
+    if qos is None:
+        # every run starts the switch agent: without its account (killed before it wrote it), Open
+        # vSwitch's input backlog and PFC's reaction went unchecked, which is no verdict
+        notes.append("the switch agent left no account (raw/agent.json): Open vSwitch's input backlog and the "
+                     "PFC pauses' timeliness could not be checked")
     backlog = qos["ovs_input_backlog"] if qos else None
     ingress_pfc = bool(qos) and inp.scenario["qos"]["pfc"] and qos["pfc"].get("accounting") == "ingress"
     if backlog and backlog["samples"] and backlog["busy_samples"] / backlog["samples"] > MAX_INPUT_BUSY_FRACTION:

@@ -252,7 +252,8 @@ def analyze(run_dir: Path | str) -> dict:
     broken = [e for e in expectations if e["ok"] is False]
     problems += [f"expectation failed: {e['metric']} {e['op']} {e['expected']} "
                  f"(is {e['actual']}{', ' + e['why'] if e['why'] else ''})" for e in broken]
-    status = status_of(acc.problems, deadlock, tr["messages_with_wrong_bytes"], broken, fid["valid"])
+    status = status_of(acc.problems, deadlock, tr["messages_with_wrong_bytes"], broken, fid["valid"],
+                       [e for e in expectations if e["ok"] is None])
     summary = dataclasses.replace(summary, status=status, problems=problems, expectations=expectations)
     out = summary.to_json()
     rf.summary.write_text(json.dumps(out, indent=1))
@@ -262,10 +263,12 @@ def analyze(run_dir: Path | str) -> dict:
     return out
 
 
-def status_of(failures, deadlock, wrong_bytes: int, broken: list, faithful: bool = True) -> Status:
+def status_of(failures, deadlock, wrong_bytes: int, broken: list, faithful: bool = True,
+              unjudged: list = ()) -> Status:
     """One status, by precedence: a message with the wrong bytes fails the run whatever else; then
     a PFC deadlock; then any failure the loss account found; then a broken expectation; then a
-    run that is no result (not faithful, or not judged) is inconclusive, never ok."""
+    run that is no result (not faithful, or an expectation it could not judge) is inconclusive,
+    never ok."""
     if wrong_bytes:
         return "failed"
     if deadlock:
@@ -274,7 +277,7 @@ def status_of(failures, deadlock, wrong_bytes: int, broken: list, faithful: bool
         return "failed"
     if broken:
         return "regressed"
-    return "ok" if faithful else "inconclusive"
+    return "ok" if faithful and not unjudged else "inconclusive"
 
 
 def collective_section(inp: RunInputs, t: Tables) -> dict:

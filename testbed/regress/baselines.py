@@ -51,8 +51,9 @@ def check_expectations(summary: dict, expects: list[dict], fidelity_valid: bool 
         elif actual is MISSING or actual is None:
             ok, why = False, "not in the summary"
         elif want is MISSING or want is None:
-            # nothing to compare with (e.g. no bulk traffic in this run): the expectation does not apply
-            ok, why = True, f"not applicable: no {e['than']} in this run"
+            # nothing to compare with (e.g. the bulk traffic never ran): the policy went unchecked,
+            # which passes nothing
+            ok, why = False, f"not in the summary: {e['than']}"
         else:
             try:
                 ok, why = bool(_OPS[e["op"]](actual, want)), ""
@@ -77,15 +78,14 @@ LOSS_METRICS = ("packets.lost", "packets.retransmitted", "packets.timeouts", "pa
 def lost_to_the_emulator(summary: dict) -> list[str]:
     """The loss metrics a run's emulator explains: every lost packet was dropped inside Open
     vSwitch, at its or the receivers' sockets or at a veth, none in a switch queue the policy runs;
-    or PFC's lossless rows outgrew their headroom only because the agent paused too late or their
-    links ran ahead of their rate."""
+    or every switch buffer drop was in a switch and class whose lossless rows outgrew their headroom
+    only because the agent paused too late or their links ran ahead of their rate."""
     p = summary.get("packets", {})
-    overruns = (((summary.get("qos") or {}).get("pfc") or {}).get("headroom_overruns")) or []
-    if overruns and all(r["late"] or r.get("link_ahead") for r in overruns):
-        # every lossless row that outgrew its headroom did so because the agent paused later than the
-        # headroom is sized for, or its link delivered faster than its rate
-        # (testbed.analysis.qos.headroom_overruns): a switch that reacts in time behind links at
-        # their rate holds those frames, so the drops they caused are the emulator's
+    qos = summary.get("qos") or {}
+    overruns = ((qos.get("pfc") or {}).get("headroom_overruns")) or []
+    if overruns and drops_behind_the_emulators_overruns(overruns, (qos.get("queues") or {}).get("drops_by_port")):
+        # a switch that reacts in time behind links at their rate holds those frames
+        # (testbed.analysis.qos.headroom_overruns), so the drops they caused are the emulator's
         return ["packets.port_buffer_drops", *LOSS_METRICS]
     if p.get("resent_without_loss"):
         # go-back-N set off by frames reordered or delayed inside the emulator (testbed.analysis.summary)
@@ -93,15 +93,35 @@ def lost_to_the_emulator(summary: dict) -> list[str]:
     return list(LOSS_METRICS) if 0 < p.get("lost", 0) <= p.get("lost_inside_emulator", 0) else []
 
 
-def verdict(failed: list[str], fidelity_valid: bool, explained: list[str] = ()) -> str:
+def drops_behind_the_emulators_overruns(overruns: list[dict], drops_by_port: list[dict] | None) -> bool:
+    """Whether every switch buffer drop fell in a switch and class where lossless rows outgrew their
+    headroom and each of them did so for the emulator's reasons (late or link_ahead). The frames a
+    row takes in past its headroom wait in its own switch's buffer, in its class, whichever egress
+    port they leave by; a drop anywhere else, or beside a row that outgrew its headroom though
+    paused in time, is the policy's. Without the drops' places (drops_by_port) nothing is excused."""
+    if not drops_by_port:
+        return False
+    rows: dict[tuple[str, int], bool] = {}
+    for r in overruns:
+        key = (r["port"].rsplit("-eth", 1)[0], r["class"])
+        rows[key] = rows.get(key, True) and bool(r["late"] or r.get("link_ahead"))
+    return all(rows.get((d["port"].rsplit("-eth", 1)[0], d["class"]), False)
+               for d in drops_by_port if d["drops"])
+
+
+def verdict(failed: list[str], fidelity_valid: bool, explained: list[str] = (), not_judged: list[str] = ()) -> str:
     """ok / regressed / inconclusive for one scenario: a policy metric that broke is a regression
     even when the emulation could not keep up; a performance metric then proves nothing, and
-    neither do losses the emulator itself explains (explained)."""
+    neither do losses the emulator itself explains (explained). A row left unjudged (not_judged:
+    e.g. a job's SLA when its run alone could not keep up) leaves the scenario without a verdict:
+    what was not checked has not passed."""
     if any(metric_class(m) == "policy" and (fidelity_valid or m not in explained) for m in failed):
         return "regressed"
     if not fidelity_valid:
         return "inconclusive"
-    return "regressed" if failed else "ok"
+    if failed:
+        return "regressed"
+    return "inconclusive" if not_judged else "ok"
 
 
 def expand(pattern: str, summary: dict) -> list[str]:

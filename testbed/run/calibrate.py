@@ -67,9 +67,16 @@ def stolen(summary: dict) -> bool:
     return (summary["fidelity"].get("machine_steal_fraction") or 0.0) > RETRY_STEAL_FRACTION
 
 
+def reached_verdict(summary: dict) -> bool:
+    """Whether a run is a result: it kept up, and it judged every expectation (a job's SLA is not
+    judged when the job's run alone, part of the same run, could not keep up)."""
+    return summary["fidelity"]["verdict"] == "kept_up" and not any(
+        e["ok"] is None for e in summary.get("expectations") or [])
+
+
 def run_again(runs: int, summary: dict) -> bool:
     """After `runs` runs, the last of which is `summary`: whether to run once more for a verdict."""
-    if summary["fidelity"]["verdict"] == "kept_up" or runs >= MAX_RUNS:
+    if reached_verdict(summary) or runs >= MAX_RUNS:
         return False
     return runs == 1 or stolen(summary)
 

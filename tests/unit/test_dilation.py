@@ -188,6 +188,10 @@ def test_a_run_without_a_verdict_is_run_again_once_then_only_while_stolen_from()
     assert run_again(2, summary(False, 0.2)) and run_again(MAX_RUNS - 1, summary(False, 0.2))
     assert not run_again(MAX_RUNS, summary(False, 0.2))    # and never past MAX_RUNS
     assert run_again(2, {"fidelity": {"verdict": "could_not_keep_up"}}) is False   # steal unknown: not stolen
+    # a run that kept up but left an expectation unjudged (a job's run alone fell behind) is no verdict
+    unjudged = {**summary(True, 0.0), "expectations": [{"metric": "jobs.train.slowdown", "ok": None}]}
+    assert run_again(1, unjudged) and not run_again(2, unjudged)
+    assert not run_again(1, {**summary(True, 0.0), "expectations": [{"metric": "packets.lost", "ok": False}]})
 
 
 def test_the_calibration_key_ignores_comments_and_docstrings_not_code(tmp_path):
