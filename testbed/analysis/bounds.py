@@ -4,7 +4,8 @@ No schedule of the DAG on a fabric of links at rate B can finish sooner than the
 - its critical path, each transfer at its bytes over B and each compute step at its duration;
 - the busiest NIC's bytes sent over B, and the busiest NIC's bytes received over B (a NIC
   serialises what it sends and what it receives);
-- the busiest host's compute (a host runs its compute steps one at a time).
+- the busiest host's compute (a host runs its compute steps one at a time, one GPU stream, and so
+  does the data plane: nicdp.c's compute streams).
 With a fabric that has propagation and switch latency, every transfer also takes its path's
 latency (REFERENCE.md's alpha-beta cost: the ring's 2(N-1) steps each pay it once).
 Payload bytes only: the headers a run adds make it slower, never faster. The shapers' bursts

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from testbed.analysis.training import compute_start_ns
+
 SPLIT_ORDER = ("compute", "tp", "ep", "pp", "dp")
 
 
@@ -85,7 +87,8 @@ def iteration_split(msgs: pd.DataFrame, iters: pd.DataFrame) -> dict:
             before = 0.0
             for k in SPLIT_ORDER:
                 rows = m[mine & (c == k)]
-                iv = np.stack([rows["release_ns"].astype("int64").clip(lo, hi).to_numpy(),
+                begin = compute_start_ns(rows) if k == "compute" else rows["release_ns"]
+                iv = np.stack([begin.astype("int64").clip(lo, hi).to_numpy(),
                                rows["complete_ns"].astype("int64").clip(lo, hi).to_numpy()], axis=1) \
                     if len(rows) else np.empty((0, 2), dtype=np.int64)
                 covered = np.concatenate([covered, iv])

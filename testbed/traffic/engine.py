@@ -140,6 +140,9 @@ def message_arrays(msgs: tuple[MessageSpec, ...], nf: int) -> dict[str, np.ndarr
     a["msg_bytes"] = np.array([m.bytes for m in msgs], np.int64)
     a["msg_duration_ns"] = np.array([m.duration_ns for m in msgs], np.int64)
     a["msg_waiting"] = np.array([len(m.deps) for m in msgs], np.int32)
+    # one compute stream per host that computes: its steps run one at a time
+    streams = {h: i for i, h in enumerate(sorted({m.host for m in msgs if m.flow < 0 and m.host}))}
+    a["msg_stream"] = np.array([streams[m.host] if m.flow < 0 and m.host else -1 for m in msgs], np.int32)
     dependents: list[list[int]] = [[] for _ in range(len(msgs))]
     for m in msgs:
         for d in m.deps:
@@ -193,8 +196,8 @@ class Engine:
         a["host_stats"] = np.zeros((max(nh, 1), len(nic.HOST_STATS)), np.int64)
         a["flow_stats"] = np.zeros((max(nf, 1), len(nic.FLOW_STATS)), np.int64)
         a["flow_rate"] = np.zeros((max(nf, 1), 2), np.float64)
-        for k in ("msg_flow", "msg_bytes", "msg_duration_ns", "msg_waiting", "flow_src", "flow_dst", "flow_cls",
-                  "host_rx_fd", "host_door_fd", "host_bw_bps"):
+        for k in ("msg_flow", "msg_bytes", "msg_duration_ns", "msg_waiting", "msg_stream", "flow_src", "flow_dst",
+                  "flow_cls", "host_rx_fd", "host_door_fd", "host_bw_bps"):
             if not len(a[k]):
                 a[k] = np.zeros(1, a[k].dtype)
         cc_tick = (min(CC_TICK_MAX_NS, max(CC_TICK_MIN_NS, min(p["rate_decrease_interval_ns"] // 2
@@ -219,7 +222,8 @@ class Engine:
             msg_flow=_ptr(a["msg_flow"], C.c_int32), msg_bytes=_ptr(a["msg_bytes"], C.c_int64),
             msg_duration_ns=_ptr(a["msg_duration_ns"], C.c_int64), msg_waiting=_ptr(a["msg_waiting"], C.c_int32),
             dep_ptr=_ptr(a["dep_ptr"], C.c_int32), dep_idx=_ptr(a["dep_idx"], C.c_int32),
-            flow_delay_ns=_ptr(a["flow_delay_ns"], C.c_int64) if self.delayed else None)
+            flow_delay_ns=_ptr(a["flow_delay_ns"], C.c_int64) if self.delayed else None,
+            msg_stream=_ptr(a["msg_stream"], C.c_int32), n_streams=int(a["msg_stream"].max(initial=-1)) + 1)
         self.result = nic.Result(**{k: _ptr(a[k], C.c_int64) for k in (
             "release_ns", "first_tx_ns", "last_tx_ns", "complete_ns", "acked_ns", "sent_packets", "recv_packets",
             "recv_bytes", "host_stats", "flow_stats")}, flow_rate=_ptr(a["flow_rate"], C.c_double))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from testbed.jsonrecord import ClassKeyed
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2   # 2: a compute step's host (one stream each)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class MessageSpec:
     bytes: int
     deps: tuple[int, ...]
     duration_ns: int = 0
+    host: str = ""       # a compute step's host: its steps run one at a time, in release order (one
+                         # stream per GPU, as SimAI and a CUDA stream run them)
 
     @classmethod
     def from_json(cls, d: dict) -> "MessageSpec":

@@ -467,6 +467,10 @@ typedef struct {
      * (data at its receiver, ACK, NAK or CNP back at its sender) is acted on that long after the
      * kernel received it */
     const int64_t *flow_delay_ns;
+    /* per message: a compute step's stream (its host's GPU; -1 for a transfer). A stream runs its
+     * steps one at a time in the order they were released, as a GPU runs the kernels of one stream */
+    const int32_t *msg_stream;
+    int32_t n_streams;
 } nic_plan;
 
 #define ACK_LEN 62
@@ -604,6 +608,7 @@ typedef struct {
     int64_t *heap_t;
     int32_t *heap_m;
     int n_heap;
+    int64_t *stream_free_ns;   /* per compute stream: when its last step queued ends */
     FILE *ftx, *frx, *fqp, *fgap;
     /* classes that got frames to send while their NIC held none (host * MAX_CLASSES + class) */
     int32_t *kick;
@@ -724,7 +729,17 @@ static void release(engine *E, int32_t m, int64_t now) {
     const nic_plan *P = E->P;
     E->R->release_ns[m] = now;
     int32_t flow = P->msg_flow[m];
-    if (flow < 0) { heap_push(E, now + P->msg_duration_ns[m], m); return; }
+    if (flow < 0) {
+        int32_t st = P->msg_stream[m];
+        int64_t start = now;
+        if (st >= 0) {
+            if (E->stream_free_ns[st] > start) start = E->stream_free_ns[st];
+            E->stream_free_ns[st] = start + P->msg_duration_ns[m];
+        }
+        E->R->first_tx_ns[m] = start;   /* when its stream began it */
+        heap_push(E, start + P->msg_duration_ns[m], m);
+        return;
+    }
     flow_t *f = &E->flows[flow];
     f->fifo[f->tail++] = m;
     class_has_work(E, P->flow_src[flow], P->flow_cls[flow], now);
@@ -1420,11 +1435,12 @@ int nic_run(const nic_plan *P, nic_result *R) {
     E->cc_running = calloc(nf ? nf : 1, sizeof(int32_t));
     E->kick = calloc((size_t)(nh ? nh : 1) * MAX_CLASSES, sizeof(int32_t));
     E->ready_ns = calloc(nm ? nm : 1, sizeof(int64_t));
+    E->stream_free_ns = calloc(P->n_streams > 0 ? P->n_streams : 1, sizeof(int64_t));
     int ep = epoll_create1(EPOLL_CLOEXEC), ep_door = epoll_create1(EPOLL_CLOEXEC);
     int hb = open(P->heartbeat_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     E->ftx = fopen(P->tx_path, "wb"); E->frx = fopen(P->rx_path, "wb");
     E->fqp = fopen(P->qp_path, "wb"); E->fgap = fopen(P->gap_path, "wb");
-    if (!E->hosts || !E->flows || !E->msg_npkts || !E->kick || !E->ready_ns || ep < 0 || ep_door < 0 || hb < 0 || !E->ftx || !E->frx || !E->fqp || !E->fgap) {
+    if (!E->hosts || !E->flows || !E->msg_npkts || !E->kick || !E->ready_ns || !E->stream_free_ns || ep < 0 || ep_door < 0 || hb < 0 || !E->ftx || !E->frx || !E->fqp || !E->fgap) {
         snprintf(R->error, sizeof R->error, "setting up the data plane failed: %s", strerror(errno));
         goto out;
     }
@@ -1699,7 +1715,7 @@ out:
     }
     if (E->flows) for (int i = 0; i < nf; i++) { free(E->flows[i].fifo); free(E->flows[i].start_psn); }
     free(E->hosts); free(E->flows); free(E->msg_npkts); free(E->waiting); free(E->heap_t); free(E->heap_m);
-    free(E->cc_running); free(E->kick); free(E->ready_ns); free(E->dl);
+    free(E->cc_running); free(E->kick); free(E->ready_ns); free(E->stream_free_ns); free(E->dl);
     return rc;
 }
 
