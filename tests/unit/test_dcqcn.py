@@ -79,6 +79,31 @@ def test_alpha_rises_with_cnps_and_decays_without():
     assert d.alpha == pytest.approx((1 - 1 / 16) ** 2 + 1 / 16)
 
 
+def test_a_cnp_after_recovery_decays_alpha_once_per_tick_due_and_no_more():
+    # back at line rate the reaction point rests; a CNP then catches up the alpha ticks it missed:
+    # one per tick due by then, none when the next tick was not due yet (HPCC runs the alpha timer
+    # throughout, so a tick not yet due has not decayed alpha)
+    p = params(g=1 / 16, byte_counter_bytes=0)
+    a = p["alpha_interval_ns"]
+
+    def rested():
+        d = Dcqcn(p)
+        d.cnp(0)
+        t = 0
+        while d.running:
+            t += p["rate_increase_timer_ns"]
+            d.advance(t)
+        return d, t
+    d, t = rested()
+    alpha, due = d.alpha, d.next_alpha_ns
+    assert due > t          # the tick after the last one run, not due when it came to rest
+    d.cnp(due - 1)          # before it: no decay
+    assert d.alpha == pytest.approx(alpha) and d.next_alpha_ns == due
+    d, _ = rested()
+    d.cnp(due + 2 * a)      # three ticks due (at due, due + a, due + 2a): three decays
+    assert d.alpha == pytest.approx(alpha * (1 - 1 / 16) ** 3) and d.next_alpha_ns == due + 3 * a
+
+
 def test_cuts_are_spaced_by_the_decrease_interval_and_never_below_min_rate():
     p = params(min_rate_mbps=10, rate_decrease_interval_us=4)
     d = Dcqcn(p)

@@ -310,9 +310,10 @@ void dcqcn_cnp(dcqcn *d, int64_t now) {
     } else {
         d->cnp_alpha = 1;
         if (!d->running) {
-            /* alpha kept decaying while the machine rested */
-            int64_t missed = (now - d->next_alpha_ns) / p->alpha_interval_ns + 1;
-            if (missed < 0) missed = 0;
+            /* alpha kept decaying while the machine rested: one decay per tick due by now (none
+             * when the next was not due yet; C's division rounds toward zero, so that case is
+             * taken apart) */
+            int64_t missed = now >= d->next_alpha_ns ? (now - d->next_alpha_ns) / p->alpha_interval_ns + 1 : 0;
             for (int64_t i = 0; i < missed && i < 100000; i++) d->alpha *= (1 - p->g);
             d->next_alpha_ns += missed * p->alpha_interval_ns;
         }
