@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from testbed.errors import RunFailed
+from testbed.fabric.qos import switch_burst_bytes
 from testbed.paths import PROJECT_ROOT
 from testbed.run import probe
 from testbed.scenario import DEFAULT_CLASSES, QosSpec, Scenario, WorkloadSpec, build_fabric
@@ -131,7 +132,7 @@ def signature(sc: Scenario) -> dict:
     f, w = sc.fabric, sc.workload
     return {"topology": f.topology, "dims": list(f.dims), "hosts_per_switch": f.hosts_per_switch, "k": f.k,
             "leaves": f.leaves, "spines": f.spines, "hosts_per_leaf": f.hosts_per_leaf,
-            "mtu_bytes": f.mtu_bytes, "payload_bytes": w.payload_bytes, "htb_burst_bytes": f.htb_burst_bytes,
+            "mtu_bytes": f.mtu_bytes, "payload_bytes": w.payload_bytes, "htb_burst_bytes": switch_burst_bytes(sc),
             "nic_burst_frames": f.nic_burst_frames, "routing": sc.controller.routing, "pfc": sc.qos.pfc}
 
 

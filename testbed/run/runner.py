@@ -171,7 +171,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
     ctl.on_start = record.add_process
     ports = PortConfig(mtu_bytes=sc.fabric.mtu_bytes,
                        queue_limit_bytes=sc.fabric.queue_limit_bytes,
-                       htb_burst_bytes=sc.fabric.htb_burst_bytes,
+                       htb_burst_bytes=qos.switch_burst_bytes(sc),
                        nic_burst_bytes=sc.fabric.nic_burst_frames * qos.frame_bytes(sc),
                        offloads_off=(datapath == "user"),
                        layout=qos.port_layout(sc))

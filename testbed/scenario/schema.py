@@ -49,9 +49,10 @@ class FabricSpec:
                                     "link_delay_ns)", "float", 0.0, 1e9)
     mtu_bytes: int = spec(9000, "MTU of every veth, bytes", "int", 1500, 9000)
     queue_limit_bytes: int = spec(262144, "default buffer of each class of every egress port, bytes", "bytes", 4096, 64 << 20)
-    htb_burst_bytes: int = spec(61440, "HTB burst and cburst of every shaped switch port, bytes: larger bursts "
-                                "cost less CPU but are coarser at sub-millisecond timescales", "bytes",
-                                1600, 1 << 20)
+    htb_burst_bytes: int = spec(0, "HTB burst and cburst of every shaped switch port, bytes; 0: two frames of "
+                                "workload.payload_bytes, as a port that serialises at line rate sends back to back "
+                                "(a larger bucket lets a port send above its rate after an idle spell)", "bytes",
+                                0, 1 << 20)
     nic_burst_frames: int = spec(2, "HTB burst and cburst of every host NIC, in frames of workload.payload_bytes: "
                                  "a NIC serialises at line rate, so after an idle period it releases no more "
                                  "than this back to back", "int", 1, 256)
