@@ -57,3 +57,14 @@ def test_permutation_rows_fail_on_an_invalid_run_or_a_resend():
     assert rows(3, 0) == [True, True]
     assert rows(2, 0) == [False, True]
     assert rows(3, 17) == [True, False]
+
+
+def test_shipped_rows_hold_each_scenario_to_nine_of_ten():
+    def sh(kept):
+        return {"runs": 10, "kept_up": kept, "dilation": [6300.0], "wall_s": [20.0, 30.0]}
+    rows = {r[0]: r for r in targets({"shipped": {"a": sh(10), "b": sh(9), "c": sh(8)}})}
+    head = rows["shipped scenarios that kept up in 9 of 10 runs (or all of fewer) at their defaults"]
+    assert head[1] == "2 of 3" and head[3] is False
+    assert [rows[f"  {n} (D = 6300; 20-30 s)"][3] for n in "abc"] == [True, True, False]
+    one = {"runs": 5, "kept_up": 4, "dilation": [], "wall_s": [1.0, 2.0]}   # fewer than 10: all of them
+    assert targets({"shipped": {"d": one}})[0][3] is False
