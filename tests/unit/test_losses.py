@@ -33,3 +33,23 @@ def test_only_late_resent_copies_of_delivered_data_are_in_flight_at_the_end():
     assert resent_in_flight_at_end(df, end, fault) == 1
     # nothing lost, or nothing received: nothing to excuse
     assert resent_in_flight_at_end(df[df["rx_ns"].notna()], end, no_fault[df["rx_ns"].notna()]) == 0
+
+
+def test_a_failure_owns_what_was_on_its_way_when_it_came_and_nothing_older():
+    # a link fails at 2 s; a packet sent before it took up to 1.5 s to arrive (queues behind
+    # pauses, dilated), so what was sent from 0.5 s on and never arrived is the failure's; a loss
+    # sent before that is not, nor one sent after the reroute (20 ms, plus 100 ms)
+    from testbed.analysis.losses import fault_mask
+    t = 2000 * MS
+    df = packets([
+        (0, 0, False, 100 * MS, 1600 * MS),     # delivered, 1.5 s on its way
+        (0, 1, False, 400 * MS, None),          # lost 1.6 s before the failure: older than any flight
+        (0, 2, False, 900 * MS, None),          # lost 1.1 s before it: in flight when it came
+        (0, 3, False, 2050 * MS, None),         # lost during the reroute
+        (0, 4, False, 2500 * MS, None),         # lost long after it
+    ])
+    mask = fault_mask(df, [{"action": "link_down", "t_ns": t, "reroute_ms": 20.0}])
+    assert mask.tolist() == [False, False, True, True, False]
+    # with nothing delivered before the failure the window is 50 ms
+    mask = fault_mask(df.iloc[1:], [{"action": "link_down", "t_ns": t, "reroute_ms": 20.0}])
+    assert mask.tolist() == [False, False, True, False]
