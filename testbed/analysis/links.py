@@ -86,6 +86,30 @@ def pause_windows(events: pd.DataFrame, end_ns: int) -> dict[str, list[tuple[int
     return out
 
 
+def down_windows(faults: list[dict], fabric: dict, end_ns: int) -> dict[str, list[tuple[int, int]]]:
+    """Per port: the [down, up) spans of its link (a link or switch fault's records, raw/faults.jsonl;
+    a link never brought up again is down to end_ns). A port whose link is down drains nothing, by
+    the fault's design, not the emulator's failing; what it held is the fault's loss."""
+    ends = {}
+    for link in fabric["links"]:
+        ports = (f"{link['a']}-eth{link['a_port']}", f"{link['b']}-eth{link['b_port']}")
+        ends[f"{link['a']}-{link['b']}"] = ends[f"{link['b']}-{link['a']}"] = ports
+    out: dict[str, list[tuple[int, int]]] = {}
+    down_at: dict[str, int] = {}
+    for f in sorted(faults, key=lambda f: f["t_ns"]):
+        if not f["action"].startswith(("link_", "switch_")):
+            continue
+        for name in f.get("links") or []:
+            for port in ends.get(name, ()):
+                if f["action"].endswith("_down"):
+                    down_at.setdefault(port, int(f["t_ns"]))
+                elif port in down_at:
+                    out.setdefault(port, []).append((down_at.pop(port), int(f["t_ns"])))
+    for port, t in down_at.items():
+        out.setdefault(port, []).append((t, end_ns))
+    return out
+
+
 def window_ns(rate_bps: float, frame_bytes: int) -> float:
     """The span a link's drain is judged over: max(MIN_WINDOW_MS, WINDOW_FRAMES frame times)."""
     return max(MIN_WINDOW_MS * 1e6, WINDOW_FRAMES * frame_bytes * 8 / rate_bps * 1e9)

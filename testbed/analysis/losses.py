@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from testbed.analysis.tables import FAULT_WINDOW_NS, RunInputs, Tables
+from testbed.analysis.tables import FAULT_WINDOW_NS, RunInputs, Tables, in_flight_before_ns
 
 
 @dataclass(frozen=True)
@@ -41,19 +41,13 @@ class LossAccount:
 
 def fault_mask(pkts: pd.DataFrame, faults: list[dict]) -> pd.Series:
     """Packets in flight on a link when it goes down vanish with the link's queue, which no counter
-    reports: packets sent from before a link or switch failure, by as long as a packet sent then
-    took to arrive (the longest one-way latency of a packet delivered that was sent before it, at
-    least 50 ms), until its reroute is confirmed are the failure's. A fixed 50 ms was too short
-    once queues are dilated: on incast-fattree-pfc at D = 16000 behind PFC pauses, delivered
-    packets took up to 8.1 s, and the 118 the failure destroyed had been sent 0.9-1.3 s before it."""
+    reports: packets sent from before a link or switch failure, by as long as a packet then took to
+    arrive (tables.in_flight_before_ns), until its reroute is confirmed are the failure's."""
     in_fault = pd.Series(False, index=pkts.index)
-    received = pkts["rx_ns"].notna()
     for f in faults:
         if f["action"] in ("link_down", "switch_down"):
             end = f["t_ns"] + int(((f["reroute_ms"] or FAULT_WINDOW_NS / 1e6) + 100) * 1e6)
-            before = received & (pkts["tx_ns"] < f["t_ns"])
-            flight = int(pkts.loc[before, "latency_ns"].max()) if before.any() else 0
-            in_fault |= (pkts["tx_ns"] >= f["t_ns"] - max(50_000_000, flight)) & (pkts["tx_ns"] <= end)
+            in_fault |= (pkts["tx_ns"] >= f["t_ns"] - in_flight_before_ns(pkts, f["t_ns"])) & (pkts["tx_ns"] <= end)
     return in_fault
 
 

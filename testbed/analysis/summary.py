@@ -39,7 +39,7 @@ from testbed.analysis.training import training_section
 from testbed.analysis.transport import time_dilation, transport_summary
 from testbed.paths import PROJECT_ROOT
 from testbed.regress.baselines import check_expectations
-from testbed.runfolder import RunFolder
+from testbed.runfolder import RunFolder, read_jsonl
 from testbed.scenario import DcqcnSpec, Scenario
 from testbed.traffic.collectives import busbw_factor
 from testbed.traffic.packets import HEADER_BYTES
@@ -412,9 +412,13 @@ def link_views(rf: RunFolder, inp: RunInputs, t: Tables) -> tuple[dict, dict]:
     series = link_analysis.port_series(t.telemetry) if t.telemetry is not None else []
     rates, peers = link_analysis.port_rates(inp.fabric, sc["fabric"]["bw_mbps"])
     start, end = engine["start_ns"], engine["end_ns"]
+    # neither a paused port nor one whose link a fault took down is judged meanwhile
+    held = link_analysis.pause_windows(t.pfc_events, end)
+    for port, spans in link_analysis.down_windows(read_jsonl(rf.faults), inp.fabric, end).items():
+        held.setdefault(port, []).extend(spans)
     fid = link_analysis.link_fidelity(
         series, rates, tables.frame_bytes(t.packets, sc), run["fidelity_tolerance"], run["fidelity_min_share"],
-        link_analysis.pause_windows(t.pfc_events, end))
+        held)
     links = link_analysis.link_table(series, rates, peers, start, end)
     write_table(links, rf, "links")
     bin_ms = tables.heatmap_bin_ms((end - start) / 1e9)

@@ -31,8 +31,21 @@ from topologies.model import Fabric
 
 NO_SINGLE_S = ("pipeline", "ddp", "parameter_server", "chakra", "simai")   # no one collective of S bytes a rank
 SCALED = ("pipeline", "chakra", "simai")   # their bytes and compute scaled by workload.bytes_scale, time_scale
-# A fault's window for the packets it may have destroyed: from just before it, for this long
+# A fault's window for the packets it may have destroyed: from as long before it as a packet took
+# to arrive (in_flight_before_ns), for this long
 FAULT_WINDOW_NS = 5_000_000_000
+MIN_IN_FLIGHT_NS = 50_000_000
+
+
+def in_flight_before_ns(pkts: pd.DataFrame, t_ns: int) -> int:
+    """How long before t_ns a packet still on its way at t_ns may have been sent: the longest
+    one-way latency of a packet delivered that was sent before t_ns, at least MIN_IN_FLIGHT_NS. A
+    fixed 50 ms was too short once queues are dilated: on incast-fattree-pfc at D = 16000 behind
+    PFC pauses, delivered packets took up to 8.1 s, and the 118 a link failure destroyed had been
+    sent 0.9-1.3 s before it."""
+    before = pkts["rx_ns"].notna() & (pkts["tx_ns"] < t_ns)
+    longest = int(pkts.loc[before, "latency_ns"].max()) if before.any() else 0
+    return max(MIN_IN_FLIGHT_NS, longest)
 
 
 def read_json(path: Path):
@@ -223,7 +236,7 @@ def fault_table(rf: RunFolder, pkts: pd.DataFrame) -> list[dict]:
     for f in read_jsonl(rf.faults):
         t = f["t_ns"]
         after = [e for e in done if e["t_ns"] >= t]
-        window = pkts[(pkts["tx_ns"] >= t - 50_000_000) & (pkts["tx_ns"] <= t + FAULT_WINDOW_NS)]
+        window = pkts[(pkts["tx_ns"] >= t - in_flight_before_ns(pkts, t)) & (pkts["tx_ns"] <= t + FAULT_WINDOW_NS)]
         lost = window[window["rx_ns"].isna()]
         recovered_ns = None
         if len(lost):

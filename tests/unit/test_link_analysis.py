@@ -238,3 +238,22 @@ def test_port_rates_take_a_links_own_rate_over_the_fabric_default():
     rates, peers = la.port_rates(fabric, 100)
     assert rates == {"h0-eth0": 100e6, "s0-eth1": 100e6, "s0-eth2": 400e6, "s1-eth1": 400e6}
     assert peers["s0-eth2"] == "s1" and peers["s0-eth1"] == "h0"
+
+
+def test_a_port_whose_link_a_fault_took_down_is_not_judged_while_down():
+    # a port at rate for 400 ms, then its link goes down with its queue still full: it drains
+    # nothing, which is the fault's doing; judged only while its link was up
+    fabric = {"links": [{"a": "s0", "a_port": 1, "b": "s1", "b_port": 2}]}
+    faults = [{"t_ns": 400 * MS, "action": "link_down", "links": ["s0-s1"]}]
+    rate = 100e6
+    s = series([rate / 8 / 1000] * 400 + [0.0] * 400)
+    assert not verdict(s, rate)["valid"]                 # judged throughout: 0 of its rate after the fault
+    down = la.down_windows(faults, fabric, 800 * MS)
+    assert down == {"s0-eth1": [(400 * MS, 800 * MS)], "s1-eth2": [(400 * MS, 800 * MS)]}
+    assert verdict(s, rate, pauses=down)["valid"]
+    # brought up again, it is judged again from then on
+    faults.append({"t_ns": 600 * MS, "action": "link_up", "links": ["s1-s0"]})
+    assert la.down_windows(faults, fabric, 800 * MS)["s0-eth1"] == [(400 * MS, 600 * MS)]
+    assert not verdict(s, rate, pauses=la.down_windows(faults, fabric, 800 * MS))["valid"]
+    # a controller kill is no link's fault
+    assert la.down_windows([{"t_ns": 1, "action": "controller_kill"}], fabric, 800 * MS) == {}
