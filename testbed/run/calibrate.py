@@ -5,7 +5,8 @@ highest emulated link rate at which this machine carries the scenario's fabric f
 fabric and its routes as the scenario has them under one policy (cal_policy: PFC on or off as the
 scenario has it), every host
 sending at line rate
-to the next in fabric order (a shift permutation, the ring's own pattern), for CAL_TRAFFIC_S at
+to the next in fabric order (a shift permutation, the ring's own pattern), for CAL_TRAFFIC_S (or
+CAL_WINDOWS of the verdict's windows per host, if longer) at
 each rate of LADDER_MBPS from the top until a run's fidelity verdict is kept_up (a rung whose run
 failed while the hypervisor stole over RETRY_STEAL_FRACTION of the CPU is run once more). It is cached
 per machine, version of the emulating code (testbed/, controllers/, topologies/ at the commit, and
@@ -40,11 +41,17 @@ from testbed.run import probe
 from testbed.scenario import DEFAULT_CLASSES, QosSpec, Scenario, WorkloadSpec, build_fabric
 from testbed.scenario.dilation import dilate
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2   # 2: rungs of at least CAL_WINDOWS windows a host
 # one cache per machine, whichever results folder a run writes to
 CALIBRATION_DIR = Path(os.environ.get("TESTBED_CALIBRATION_DIR", PROJECT_ROOT / "results" / "calibration"))
 LADDER_MBPS = (40.0, 20.0, 10.0, 5.0, 2.5, 1.25, 0.625)
 CAL_TRAFFIC_S = 4.0
+# ... and at least this many of the verdict's windows (max(1 ms, 20 frame times)) per sending host:
+# the verdict needs 99% of a host's windows within, so a rung of fewer than 100 fails on one late
+# window where a run of the scenario, with hundreds, passes it (2026-12-03: a 4x4 leaf-spine rung at
+# 10 Mb/s, 4 s, 60 windows a host, failed on one host's one window, its shaper 9 ms late once at
+# 0.5% steal; the rung at 5 Mb/s passed with 30, and auto's D came out 4x what it had been).
+CAL_WINDOWS = 200
 # the chosen rate is the faithful one / MARGIN: one calibration run that kept up says little of
 # the next twenty, and a run's own traffic is burstier than a permutation (measured: at 1.5, 7 of
 # 23 scenario runs of the root tests could not keep up, each by a few windows: pipelines, PFC
@@ -214,10 +221,18 @@ def frame_hops(sc: Scenario, pairs: list[tuple[str, str]]) -> float:
     return sum(sum(v) / len(v) for v in per_src.values())
 
 
+def rung_traffic_s(rate_mbps: float, payload_bytes: int) -> float:
+    """How long a rung's hosts send: CAL_TRAFFIC_S, or CAL_WINDOWS of the verdict's windows if longer."""
+    from testbed.analysis.links import window_ns  # noqa: PLC0415
+    from testbed.traffic.packets import HEADER_BYTES  # noqa: PLC0415
+    return max(CAL_TRAFFIC_S, CAL_WINDOWS * window_ns(rate_mbps * 1e6, payload_bytes + HEADER_BYTES) / 1e9)
+
+
 def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
     """The scenario's fabric and policy at an emulated rate, carrying the shift permutation."""
     payload = sc.workload.payload_bytes
-    size = max(payload, int(rate_mbps * 1e6 / 8 * CAL_TRAFFIC_S) // payload * payload)
+    traffic_s = rung_traffic_s(rate_mbps, payload)
+    size = max(payload, int(rate_mbps * 1e6 / 8 * traffic_s) // payload * payload)
     hw = dataclasses.replace(sc, name=f"{sc.name}.calibration", faults=(), policy_changes=(), expect=(),
                              tolerance=(), jobs=(), classes=DEFAULT_CLASSES, qos=cal_policy(sc),
                              controller=dataclasses.replace(sc.controller, dateline=False),
@@ -225,7 +240,8 @@ def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
                                                            verify_icrc=False, channels=1),
                              workload=WorkloadSpec(type="shift", shift=1, bytes_per_rank=size, iterations=1,
                                                    payload_bytes=payload),
-                             run=dataclasses.replace(sc.run, report=False, capture=False))
+                             run=dataclasses.replace(sc.run, report=False, capture=False,
+                                                     time_limit_s=max(sc.run.time_limit_s, 3 * traffic_s)))
     return dilate(hw, sc.fabric.bw_mbps / rate_mbps, "calibration")
 
 
@@ -238,7 +254,8 @@ def calibrate(sc: Scenario, run_and_judge, log) -> dict:
     faithful = None
     for rate in (r for r in LADDER_MBPS if r <= sc.fabric.bw_mbps):
         for attempt in (1, 2):
-            log(f"calibrating {sc.fabric.topology} at {rate:g} Mb/s (shift permutation, {CAL_TRAFFIC_S:g} s)"
+            log(f"calibrating {sc.fabric.topology} at {rate:g} Mb/s (shift permutation, "
+                f"{rung_traffic_s(rate, sc.workload.payload_bytes):.1f} s)"
                 + (", again" if attempt == 2 else ""))
             s = run_and_judge(calibration_scenario(sc, rate), CALIBRATION_DIR / "runs")
             fid = s["fidelity"]

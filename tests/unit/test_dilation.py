@@ -177,6 +177,23 @@ def test_calibration_runs_a_rung_again_only_when_steal_spoiled_it(tmp_path, monk
     assert cal.calibrate(hw, judge, log=lambda *_: None)["faithful_mbps"] == 20 and seen == [40, 40, 20]
 
 
+def test_every_rung_gives_each_host_enough_windows_for_the_verdicts_share():
+    # the verdict wants 99% of a host's windows within: a rung of fewer than 100 fails on one late
+    # window, so each rung sends for CAL_WINDOWS windows (at least CAL_TRAFFIC_S)
+    from testbed.analysis.links import window_ns
+    from testbed.run import calibrate as cal
+    from testbed.traffic.packets import HEADER_BYTES
+    hw = hardware(dilation="auto")
+    payload = hw.workload.payload_bytes
+    for rate in cal.LADDER_MBPS:
+        sc = cal.calibration_scenario(hw, rate)
+        assert sc.fabric.bw_mbps == pytest.approx(rate)
+        sent_s = sc.workload.bytes_per_rank * 8 / (rate * 1e6)
+        windows = sent_s * 1e9 / window_ns(rate * 1e6, payload + HEADER_BYTES)
+        assert sent_s >= cal.CAL_TRAFFIC_S * 0.99 and windows >= cal.CAL_WINDOWS * 0.95, (rate, sent_s, windows)
+        assert sc.run.time_limit_s >= 3 * sent_s * 0.99   # the wall-clock guard leaves it room
+
+
 def test_a_run_without_a_verdict_is_run_again_once_then_only_while_stolen_from():
     from testbed.run.calibrate import MAX_RUNS, run_again
 
