@@ -52,6 +52,12 @@ CAL_TRAFFIC_S = 4.0
 # 10 Mb/s, 4 s, 60 windows a host, failed on one host's one window, its shaper 9 ms late once at
 # 0.5% steal; the rung at 5 Mb/s passed with 30, and auto's D came out 4x what it had been).
 CAL_WINDOWS = 200
+# A rung's traffic may run this many times as long as it takes at line rate (plus
+# RUNG_LIMIT_START_S): a rung that took longer fell far behind, and its run is stopped rather than
+# left to the scenario's time limit (2026-12-03: the k=8 fat-tree's 40 Mb/s rung, 4 s of traffic,
+# ran 130 s before it ended, then took over 10 minutes to analyse its 1 GB of records).
+RUNG_LIMIT_FACTOR = 3.0
+RUNG_LIMIT_START_S = 10.0
 # the chosen rate is the faithful one / MARGIN: one calibration run that kept up says little of
 # the next twenty, and a run's own traffic is burstier than a permutation (measured: at 1.5, 7 of
 # 23 scenario runs of the root tests could not keep up, each by a few windows: pipelines, PFC
@@ -228,6 +234,12 @@ def rung_traffic_s(rate_mbps: float, payload_bytes: int) -> float:
     return max(CAL_TRAFFIC_S, CAL_WINDOWS * window_ns(rate_mbps * 1e6, payload_bytes + HEADER_BYTES) / 1e9)
 
 
+def rung_time_limit_s(traffic_s: float) -> float:
+    """How long a rung's traffic may run: RUNG_LIMIT_FACTOR x what it takes at line rate, plus
+    the data plane's start. A rung that takes longer fell behind by more than any verdict allows."""
+    return RUNG_LIMIT_FACTOR * traffic_s + RUNG_LIMIT_START_S
+
+
 def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
     """The scenario's fabric and policy at an emulated rate, carrying the shift permutation."""
     payload = sc.workload.payload_bytes
@@ -241,7 +253,7 @@ def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
                              workload=WorkloadSpec(type="shift", shift=1, bytes_per_rank=size, iterations=1,
                                                    payload_bytes=payload),
                              run=dataclasses.replace(sc.run, report=False, capture=False,
-                                                     time_limit_s=max(sc.run.time_limit_s, 3 * traffic_s)))
+                                                     time_limit_s=rung_time_limit_s(traffic_s)))
     return dilate(hw, sc.fabric.bw_mbps / rate_mbps, "calibration")
 
 

@@ -192,6 +192,10 @@ def test_every_rung_gives_each_host_enough_windows_for_the_verdicts_share():
         windows = sent_s * 1e9 / window_ns(rate * 1e6, payload + HEADER_BYTES)
         assert sent_s >= cal.CAL_TRAFFIC_S * 0.99 and windows >= cal.CAL_WINDOWS * 0.95, (rate, sent_s, windows)
         assert sc.run.time_limit_s >= 3 * sent_s * 0.99   # the wall-clock guard leaves it room
+        # ... and stops a rung that fell far behind, rather than the scenario's own limit
+        assert sc.run.time_limit_s == pytest.approx(cal.RUNG_LIMIT_FACTOR * sent_s + cal.RUNG_LIMIT_START_S, rel=0.02)
+    top = cal.calibration_scenario(hw, cal.LADDER_MBPS[0])
+    assert top.run.time_limit_s < hw.run.time_limit_s / 10, top.run.time_limit_s
 
 
 def test_a_run_without_a_verdict_is_run_again_once_then_only_while_stolen_from():
