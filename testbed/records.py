@@ -11,6 +11,7 @@ its timestamp was lost); rx_ns when the destination's kernel received it.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +29,13 @@ assert TX.size == TX_DTYPE.itemsize and RX.size == RX_DTYPE.itemsize
 CHUNK_RECORDS = 8192
 
 
-# The data plane's heartbeat file (raw/engine_heartbeat): its mtime says it is alive, and it holds
-# one record rewritten in place every 200 ms and at the end (nicdp.c beat()).
-HEARTBEAT = struct.Struct("<6q")   # version, messages completed, acknowledged, planned, bytes done, planned
-HEARTBEAT_VERSION = 1
+# The data plane's heartbeat file (raw/engine_heartbeat): one record rewritten in place every 200 ms
+# and at the end (nicdp.c beat()); its beat count changing says it is alive (version 1 went by the
+# file's mtime, which a step of the guest's wall clock made look 3 s old: 2026-12-03, a run killed
+# while its data plane was sending, the VM's CLOCK_REALTIME stepped 1.5 s, then 12 s, against
+# CLOCK_MONOTONIC within two minutes).
+HEARTBEAT = struct.Struct("<7q")   # version, messages completed, acknowledged, planned, bytes done, planned, beats
+HEARTBEAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,33 @@ def read_engine_progress(path: Path) -> EngineProgress | None:
         return None
     if len(raw) < HEARTBEAT.size:
         return None
-    version, *rest = HEARTBEAT.unpack(raw)
+    version, *rest, _beats = HEARTBEAT.unpack(raw)
     return EngineProgress(*rest) if version == HEARTBEAT_VERSION else None
+
+
+class HeartbeatWatch:
+    """How long, on this process's monotonic clock, the data plane's heartbeat record has not
+    changed: its beat count goes up every 200 ms while it runs. The wall clock (a file's mtime) is
+    not used: a VM's can step by seconds."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.last: bytes | None = None
+        self.changed_at = time.monotonic()
+
+    def silent_s(self) -> float | None:
+        """Seconds since the record last changed; None before the first record."""
+        try:
+            raw = self.path.read_bytes()[:HEARTBEAT.size]
+        except OSError:
+            raw = b""
+        now = time.monotonic()
+        if len(raw) < HEARTBEAT.size:
+            self.changed_at = now
+            return None
+        if raw != self.last:
+            self.last, self.changed_at = raw, now
+        return now - self.changed_at
 
 
 class RecordWriter:

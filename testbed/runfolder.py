@@ -9,13 +9,13 @@ folder's layout reads in one place:
     <run>/raw/   what the processes wrote during the run (the analysis's only input)
 
 The readiness signals (``announce``/``announced``) and the engine's heartbeat are files in raw/ too:
-a process that is ready writes its PID there, and the heartbeat's mtime says the engine is alive.
+a process that is ready writes its PID there, and the heartbeat's beat count going up says the engine
+is alive (testbed.records.HeartbeatWatch).
 """
 from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 from testbed.records import EngineProgress, read_engine_progress
@@ -125,13 +125,6 @@ class RunFolder:
 
     def announced_pid(self, who: str) -> int:
         return int(self._signal(who).read_text())
-
-    def heartbeat_age_s(self) -> float | None:
-        """Seconds since the engine last rewrote its heartbeat; None before its first."""
-        try:
-            return time.time() - self.heartbeat.stat().st_mtime
-        except FileNotFoundError:
-            return None
 
     def progress(self) -> EngineProgress | None:
         return read_engine_progress(self.heartbeat)

@@ -24,6 +24,7 @@ from testbed.fabric.ports import PortConfig, leaf_minor
 from testbed.fabric.tenants import mechanism as tenant_mechanism
 from testbed.fabric.tenants import tenants
 from testbed.paths import PROJECT_ROOT
+from testbed.records import HeartbeatWatch
 from testbed.run import probe
 from testbed.run.capture import HostCaptures
 from testbed.run.controller import Controller
@@ -261,6 +262,7 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
         with FaultInjector(sc, fabric, net, ctl, rf.faults, log) as faults:
             deadline = sc.run.time_limit_s + ENGINE_GRACE_S
             started, next_show = time.monotonic(), [0.0]
+            heartbeat = HeartbeatWatch(rf.heartbeat)
 
             def finished():
                 if not ctl.alive() and not sc.controller.survive_controller_loss:
@@ -287,7 +289,7 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
                     p = rf.progress()
                     if p:
                         progress(p, time.monotonic() - started, sc.run.time_limit_s)
-                if (rf.heartbeat_age_s() or 0) > ENGINE_HEARTBEAT_TIMEOUT_S:
+                if (heartbeat.silent_s() or 0) > ENGINE_HEARTBEAT_TIMEOUT_S:
                     raise RunFailed(f"the traffic engine stopped responding (no heartbeat for "
                                     f"{ENGINE_HEARTBEAT_TIMEOUT_S:g} s); log:\n{engine.log_tail()}")
                 return False

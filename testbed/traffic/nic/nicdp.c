@@ -616,6 +616,7 @@ typedef struct {
     int n_kick;
     int64_t *ready_ns;   /* per message: its latest dependency's completion so far */
     int in_rounds, new_serving;
+    int64_t beats;   /* heartbeats written: the count the runner watches change */
     int64_t clock_off;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's timestamps */
     int64_t last_progress;
     int64_t completed, acked;
@@ -708,8 +709,8 @@ static void release(engine *E, int32_t m, int64_t now);
 /* The heartbeat file's record, rewritten in place (its mtime is the liveness signal): version,
  * messages completed, acknowledged and planned, network payload bytes done and planned.
  * testbed.traffic.engine.read_progress reads it. */
-static void beat(const engine *E, int fd, int64_t messages) {
-    int64_t rec[6] = {1, E->completed, E->acked, messages, E->net_bytes_done, E->net_bytes_total};
+static void beat(engine *E, int fd, int64_t messages) {
+    int64_t rec[7] = {2, E->completed, E->acked, messages, E->net_bytes_done, E->net_bytes_total, ++E->beats};
     if (pwrite(fd, rec, sizeof rec, 0) != (ssize_t)sizeof rec) futimens(fd, NULL);
 }
 
