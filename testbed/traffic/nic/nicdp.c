@@ -589,6 +589,13 @@ static int64_t real_ns(void) {
 
 /* CLOCK_REALTIME - CLOCK_MONOTONIC, read between two monotonic reads, keeping the tightest of a
  * few tries: a read the scheduler interrupted would be off by the interruption. */
+/* How often the wall clock's offset from the monotonic one is measured again. The kernel stamps
+ * received frames on the wall clock, and a VM's can step (2026-12-03: 1.5 s, then 12 s): frames
+ * stamped after a step and converted with the offset from before it are off by the step, and the
+ * delay line would hold them that long. 10 ms bounds the frames so affected to one short spell, at
+ * 15 clock reads (under 1 us) a time. */
+#define CLOCK_RESAMPLE_NS 10000000LL
+
 static int64_t clock_offset(void) {
     int64_t best = NEVER, off = 0;
     for (int i = 0; i < 5; i++) {
@@ -1559,7 +1566,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
 
     int64_t start = mono_ns();
     E->clock_off = clock_offset();
-    int64_t next_clock = start + 100000000;
+    int64_t next_clock = start + CLOCK_RESAMPLE_NS;
     R->start_ns = start;
     R->clock_offset_ns = E->clock_off;
     for (int m = 0; m < nm; m++) if (E->waiting[m] == 0) release(E, m, start);
@@ -1581,7 +1588,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
         n_ev = 0;
         if (E->n_dl && release_delayed(E, mono_ns(), mono_ns()) < 0) { R->reason = 4; goto done; }
         now = mono_ns();   /* later than every arrival just read: what follows is stamped after them */
-        if (now >= next_clock) { E->clock_off = clock_offset(); next_clock = now + 100000000; }
+        if (now >= next_clock) { E->clock_off = clock_offset(); next_clock = now + CLOCK_RESAMPLE_NS; }
         end_computes(E, now);
         if (P->reliable && now >= next_rto) { check_timeouts(E, now); next_rto = now + 1000000; }
         if (E->n_cc_running && now >= next_cc) { run_rate_timers(E, now); next_cc = now + P->cc_tick_ns; }
