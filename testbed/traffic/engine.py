@@ -266,6 +266,8 @@ class Engine:
             "voluntary_switches": cpu1.ru_nvcsw - cpu0.ru_nvcsw,
             "tx_records": r.tx_records, "rx_records": r.rx_records, "untimed_departures": r.untimed_departures,
             "delayed_frames": r.delayed_frames, "delayed_max": r.delayed_max,
+            # the wall clock, which stamps frames, stepped against the monotonic one this often
+            "clock_steps": r.clock_steps,
             "nic_lead_ns": plan.nic_lead_ns, "nice": os.getpriority(os.PRIO_PROCESS, 0),
             "engine_batch_us": plan.transport["engine_batch_us"], "transport": plan.transport, "hosts": hosts,
             "flows": flows,

@@ -94,3 +94,22 @@ def test_the_engine_is_alive_while_its_beat_count_goes_up_whatever_the_wall_cloc
     assert watch.silent_s() >= 0.2                         # the same record: silent since
     beat.write_bytes(HEARTBEAT.pack(2, 0, 0, 10, 0, 40960, 2))   # no progress, but a beat
     assert watch.silent_s() < 0.05
+
+
+def test_a_kernel_stamp_from_either_side_of_a_wall_clock_step_lands_where_it_happened():
+    # the data plane converts the kernel's wall-clock stamps with a measured offset; a VM's wall
+    # clock can step by seconds between two measurements: a stamp that converts outside the span
+    # its event lies in takes the offset from the other side of the step (nicdp.c stamp_on_mono)
+    from testbed.traffic.nic import lib
+    S = 1_000_000_000
+    lo, hi = 10 * S, 10 * S + 300_000          # read between 10 s and 10.0003 s, monotonic
+    before, after = 5 * S, 5 * S + 3 * S // 2  # wall - monotonic, before and after a 1.5 s step
+    f = lib().stamp_on_mono
+    # stamped after the step, converted with the new offset: as it is
+    assert f(10 * S + 100_000 + after, lo, hi, after, before) == 10 * S + 100_000
+    # stamped before the step, read after it: the old offset puts it back in its span
+    assert f(10 * S + 100_000 + before, lo, hi, after, before) == 10 * S + 100_000
+    # no step: the one offset
+    assert f(10 * S + 200_000 + before, lo, hi, before, before) == 10 * S + 200_000
+    # fits neither: kept as the newest offset gives it (no guessing)
+    assert f(20 * S + after, lo, hi, after, before) == 20 * S

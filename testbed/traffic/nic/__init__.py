@@ -93,7 +93,7 @@ class Result(C.Structure):
                 ("release_ns", P(i64)), ("first_tx_ns", P(i64)), ("last_tx_ns", P(i64)), ("complete_ns", P(i64)),
                 ("acked_ns", P(i64)), ("sent_packets", P(i64)), ("recv_packets", P(i64)), ("recv_bytes", P(i64)),
                 ("host_stats", P(i64)), ("flow_stats", P(i64)), ("flow_rate", P(f64)),
-                ("delayed_frames", i64), ("delayed_max", i64)]
+                ("delayed_frames", i64), ("delayed_max", i64), ("clock_steps", i64)]
 
 
 _lib = None
@@ -122,6 +122,8 @@ def lib() -> C.CDLL:
                 raise RuntimeError(f"{LIBRARY}: struct {s.__name__} is {L.nic_sizeof(i)} bytes there, "
                                    f"{C.sizeof(s)} here")
         L.psn_unwrap.restype = i64
+        L.stamp_on_mono.restype = i64
+        L.stamp_on_mono.argtypes = [i64, i64, i64, i64, i64]
         L.psn_unwrap.argtypes = [i64, i64]
         L.gbn_sender_init.argtypes = [P(GbnSender), i64]
         L.gbn_sent_new.restype = i64

@@ -498,6 +498,7 @@ typedef struct {
     double *flow_rate;
     /* the delay line: frames that waited in it, and the most waiting at once */
     int64_t delayed_frames, delayed_max;
+    int64_t clock_steps;   /* the wall clock stepped against the monotonic one (over 1 ms) */
 } nic_result;
 
 enum { HS_TX, HS_RX, HS_ACKS_TX, HS_ACKS_RX, HS_CNPS_TX, HS_CNPS_RX, HS_STRAY, HS_ICRC, HS_NIC_FULL,
@@ -556,6 +557,7 @@ typedef struct {
     unsigned char *ring;             /* PACKET_RX_RING */
     size_t ring_bytes;
     unsigned ring_frame, ring_frames, ring_idx;
+    int64_t last_read_ns;            /* its ring last found empty: what is in it came since */
 } host_t;
 
 typedef struct {
@@ -605,6 +607,9 @@ static int64_t clock_offset(void) {
     return off;
 }
 
+/* how far outside the span it must lie a stamp is taken for a stamp of the other side of a step */
+#define STAMP_SLACK_NS 2000000LL
+
 typedef struct {
     const nic_plan *P;
     nic_result *R;
@@ -625,6 +630,7 @@ typedef struct {
     int in_rounds, new_serving;
     int64_t beats;   /* heartbeats written: the count the runner watches change */
     int64_t clock_off;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's timestamps */
+    int64_t prev_clock_off;   /* the one before it: stamps taken before a step */
     int64_t last_progress;
     int64_t completed, acked;
     int64_t net_bytes_done, net_bytes_total;   /* payload of network messages: done, planned */
@@ -712,6 +718,31 @@ static void class_has_work(engine *E, int hi, int ci, int64_t now) {
 }
 
 static void release(engine *E, int32_t m, int64_t now);
+
+/* A kernel timestamp (wall clock) of an event known to lie in [lo, hi] of the monotonic clock, on
+ * the monotonic clock. The offset between the two is measured every CLOCK_RESAMPLE_NS, and a VM's
+ * wall clock can step by seconds in between (2026-12-03: a frame's arrival was taken 1.25 s late,
+ * the delay line held it that long, and go-back-N resent 274 frames nothing had lost). A stamp that
+ * converts outside the span has the offset measured again, and one taken before the step converts
+ * with the offset from before it; one that fits neither is kept as the latest offset gives it. */
+int64_t stamp_on_mono(int64_t real, int64_t lo, int64_t hi, int64_t off, int64_t prev_off) {
+    int64_t t = real - off, before = real - prev_off;
+    if (t >= lo - STAMP_SLACK_NS && t <= hi + STAMP_SLACK_NS) return t;
+    if (before >= lo - STAMP_SLACK_NS && before <= hi + STAMP_SLACK_NS) return before;
+    return t;
+}
+
+static int64_t to_mono(engine *E, int64_t real, int64_t lo, int64_t hi) {
+    int64_t t = real - E->clock_off;
+    if (t >= lo - STAMP_SLACK_NS && t <= hi + STAMP_SLACK_NS) return t;
+    int64_t off = clock_offset();
+    if (llabs(off - E->clock_off) > 1000000) {
+        E->prev_clock_off = E->clock_off;
+        E->clock_off = off;
+        E->R->clock_steps++;
+    }
+    return stamp_on_mono(real, lo, hi, E->clock_off, E->prev_clock_off);
+}
 
 /* The heartbeat file's record, rewritten in place (its mtime is the liveness signal): version,
  * messages completed, acknowledged and planned, network payload bytes done and planned.
@@ -1002,7 +1033,8 @@ static int drain_departures(engine *E, host_t *h, int hi, nic_class *c) {
                 c->done_key++;
             }
             if (key != c->done_key) continue;  /* a stale key */
-            retire(E, h, c, &c->pend[key & (PEND_SIZE - 1)], ts - E->clock_off);
+            pending_tx *p = &c->pend[key & (PEND_SIZE - 1)];
+            retire(E, h, c, p, to_mono(E, ts, p->tx_ns, mono_ns()));
             c->done_key++;
         }
         if (n < BATCH) return 0;
@@ -1310,10 +1342,13 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
     int served = 0;
     for (;;) {
         struct tpacket2_hdr *t = (struct tpacket2_hdr *)(h->ring + (size_t)h->ring_idx * h->ring_frame);
-        if (!(__atomic_load_n(&t->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) break;
+        if (!(__atomic_load_n(&t->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) {
+            h->last_read_ns = mono_ns();
+            break;
+        }
         unsigned char *b = (unsigned char *)t + t->tp_mac;
         int len = (int)t->tp_len;
-        int64_t rx = (int64_t)t->tp_sec * 1000000000LL + t->tp_nsec - E->clock_off;
+        int64_t rx = to_mono(E, (int64_t)t->tp_sec * 1000000000LL + t->tp_nsec, h->last_read_ns, mono_ns());
         if ((int)t->tp_snaplen < (len < HDR_LEN ? len : HDR_LEN) ||
             (E->P->verify_icrc && (int)t->tp_snaplen < len) || len < BTH_OFF + 12) {
             E->R->host_stats[hi * HS_N + HS_STRAY]++;
@@ -1565,7 +1600,8 @@ int nic_run(const nic_plan *P, nic_result *R) {
     sigaction(SIGINT, &sa, &old_int);
 
     int64_t start = mono_ns();
-    E->clock_off = clock_offset();
+    E->clock_off = E->prev_clock_off = clock_offset();
+    for (int i = 0; i < nh; i++) E->hosts[i].last_read_ns = start;
     int64_t next_clock = start + CLOCK_RESAMPLE_NS;
     R->start_ns = start;
     R->clock_offset_ns = E->clock_off;
@@ -1588,7 +1624,13 @@ int nic_run(const nic_plan *P, nic_result *R) {
         n_ev = 0;
         if (E->n_dl && release_delayed(E, mono_ns(), mono_ns()) < 0) { R->reason = 4; goto done; }
         now = mono_ns();   /* later than every arrival just read: what follows is stamped after them */
-        if (now >= next_clock) { E->clock_off = clock_offset(); next_clock = now + CLOCK_RESAMPLE_NS; }
+        if (now >= next_clock) {
+            int64_t off = clock_offset();
+            if (llabs(off - E->clock_off) > 1000000) E->R->clock_steps++;
+            E->prev_clock_off = E->clock_off;
+            E->clock_off = off;
+            next_clock = now + CLOCK_RESAMPLE_NS;
+        }
         end_computes(E, now);
         if (P->reliable && now >= next_rto) { check_timeouts(E, now); next_rto = now + 1000000; }
         if (E->n_cc_running && now >= next_cc) { run_rate_timers(E, now); next_cc = now + P->cc_tick_ns; }
