@@ -108,8 +108,11 @@ class QosPolicy(app_manager.OSKenApp):
         if self.policy is None:
             return   # the agent has not connected: its first policy will use these routes
         new = qos.policy(self.sc, self.fabric, self.table)
+        # stamped before the send: the agent may apply it before this thread writes the line
+        # (CI, 2026-12-03, at 10-30% steal: the agent's policy_applied came first)
+        sent_ns = time.monotonic_ns()
         self._send_changes(conn, new)
-        self.event_log.write("qos_routes_changed", down_links=list(down_links),
+        self.event_log.write("qos_routes_changed", t_ns=sent_ns, down_links=list(down_links),
                              pause_map_changed=new.pause_map != self._sent_pause_map,
                              lossless_queues=len(new.pause_map))
         self._sent_pause_map = new.pause_map
