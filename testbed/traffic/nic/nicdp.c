@@ -725,23 +725,33 @@ static void release(engine *E, int32_t m, int64_t now);
  * the delay line held it that long, and go-back-N resent 274 frames nothing had lost). A stamp that
  * converts outside the span has the offset measured again, and one taken before the step converts
  * with the offset from before it; one that fits neither is kept as the latest offset gives it. */
-int64_t stamp_on_mono(int64_t real, int64_t lo, int64_t hi, int64_t off, int64_t prev_off) {
-    int64_t t = real - off, before = real - prev_off;
-    if (t >= lo - STAMP_SLACK_NS && t <= hi + STAMP_SLACK_NS) return t;
-    if (before >= lo - STAMP_SLACK_NS && before <= hi + STAMP_SLACK_NS) return before;
-    return t;
+static int in_span(int64_t t, int64_t lo, int64_t hi) {
+    return t >= lo - STAMP_SLACK_NS && t <= hi + STAMP_SLACK_NS;
 }
 
-static int64_t to_mono(engine *E, int64_t real, int64_t lo, int64_t hi) {
-    int64_t t = real - E->clock_off;
-    if (t >= lo - STAMP_SLACK_NS && t <= hi + STAMP_SLACK_NS) return t;
+int64_t stamp_on_mono(int64_t real, int64_t lo, int64_t hi, int64_t off, int64_t prev_off) {
+    int64_t t = real - off, before = real - prev_off;
+    return in_span(t, lo, hi) || !in_span(before, lo, hi) ? t : before;
+}
+
+/* The offset measured again; a step (over 1 ms) keeps the one from before it for the stamps
+ * taken before it, and is counted. */
+static void measure_clock(engine *E) {
     int64_t off = clock_offset();
     if (llabs(off - E->clock_off) > 1000000) {
         E->prev_clock_off = E->clock_off;
-        E->clock_off = off;
         E->R->clock_steps++;
     }
-    return stamp_on_mono(real, lo, hi, E->clock_off, E->prev_clock_off);
+    E->clock_off = off;
+}
+
+/* hi: a monotonic time at or after the event, read at most STAMP_SLACK_NS earlier than when it is
+ * needed (the clock is read again only for a stamp that falls outside it). */
+static int64_t to_mono(engine *E, int64_t real, int64_t lo, int64_t hi) {
+    int64_t t = real - E->clock_off;
+    if (in_span(t, lo, hi) || in_span(t, lo, mono_ns())) return t;
+    measure_clock(E);
+    return stamp_on_mono(real, lo, mono_ns(), E->clock_off, E->prev_clock_off);
 }
 
 /* The heartbeat file's record, rewritten in place (its mtime is the liveness signal): version,
@@ -1005,6 +1015,7 @@ static int drain_departures(engine *E, host_t *h, int hi, nic_class *c) {
             mm[i].msg_hdr.msg_control = ctrl[i]; mm[i].msg_hdr.msg_controllen = sizeof ctrl[i];
         }
         int n = recvmmsg(c->fd, mm, BATCH, MSG_ERRQUEUE | MSG_DONTWAIT, NULL);
+        int64_t now = mono_ns();   /* every stamp read is of a departure before it */
         if (n <= 0) {
             if (n < 0 && errno != EAGAIN && errno != EINTR) {
                 snprintf(E->R->error, sizeof E->R->error, "host %d: reading TX timestamps failed: %s", hi, strerror(errno));
@@ -1034,7 +1045,7 @@ static int drain_departures(engine *E, host_t *h, int hi, nic_class *c) {
             }
             if (key != c->done_key) continue;  /* a stale key */
             pending_tx *p = &c->pend[key & (PEND_SIZE - 1)];
-            retire(E, h, c, p, to_mono(E, ts, p->tx_ns, mono_ns()));
+            retire(E, h, c, p, to_mono(E, ts, p->tx_ns, now));
             c->done_key++;
         }
         if (n < BATCH) return 0;
@@ -1348,7 +1359,7 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
         }
         unsigned char *b = (unsigned char *)t + t->tp_mac;
         int len = (int)t->tp_len;
-        int64_t rx = to_mono(E, (int64_t)t->tp_sec * 1000000000LL + t->tp_nsec, h->last_read_ns, mono_ns());
+        int64_t rx = to_mono(E, (int64_t)t->tp_sec * 1000000000LL + t->tp_nsec, h->last_read_ns, now);
         if ((int)t->tp_snaplen < (len < HDR_LEN ? len : HDR_LEN) ||
             (E->P->verify_icrc && (int)t->tp_snaplen < len) || len < BTH_OFF + 12) {
             E->R->host_stats[hi * HS_N + HS_STRAY]++;
@@ -1624,13 +1635,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
         n_ev = 0;
         if (E->n_dl && release_delayed(E, mono_ns(), mono_ns()) < 0) { R->reason = 4; goto done; }
         now = mono_ns();   /* later than every arrival just read: what follows is stamped after them */
-        if (now >= next_clock) {
-            int64_t off = clock_offset();
-            if (llabs(off - E->clock_off) > 1000000) E->R->clock_steps++;
-            E->prev_clock_off = E->clock_off;
-            E->clock_off = off;
-            next_clock = now + CLOCK_RESAMPLE_NS;
-        }
+        if (now >= next_clock) { measure_clock(E); next_clock = now + CLOCK_RESAMPLE_NS; }
         end_computes(E, now);
         if (P->reliable && now >= next_rto) { check_timeouts(E, now); next_rto = now + 1000000; }
         if (E->n_cc_running && now >= next_cc) { run_rate_timers(E, now); next_cc = now + P->cc_tick_ns; }
