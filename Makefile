@@ -6,7 +6,7 @@ NAME ?= allreduce-torus
 SET ?=
 SET_ARGS := $(foreach s,$(SET),--set $(s))
 
-.PHONY: setup host venv bpf nic scenario check calibrate analyze baseline spread regress bench test test-unit clean-state list docs
+.PHONY: setup host venv bpf nic scenario check calibrate analyze baseline spread regress sabotage bench test test-unit clean-state list docs
 
 # venv and bpf need what host installs (python3-venv, clang), also under make -j.
 setup: host venv bpf nic
@@ -56,9 +56,15 @@ baseline: setup
 spread: venv
 	$(PY) -m testbed spread $(NAME) $(RUNS)
 
-# Run every scenario with expectations or a baseline (or NAMES="a b"), one verdict table.
+# Run the regression suite (every shipped scenario but those whose file says why not; or
+# NAMES="a b"), one verdict table.
 regress: setup
 	$(PY) -m testbed regress $(NAMES) $(SET_ARGS)
+
+# Break one policy at a time (testbed/regress/sabotage.py; or SABOTAGE="ecn-off,pfc-off"): the
+# suite must call each regressed.
+sabotage: setup
+	$(PY) -m testbed regress --sabotage $(SABOTAGE)
 
 # The benchmark suite (bench/README.md): ARGS="--only agent,bringup" or "--quick".
 bench: setup

@@ -62,6 +62,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         sc = testbed.scenario
         self.routing = sc.controller.routing
         self.dateline = sc.controller.dateline
+        self.reroute = sc.controller.reroute
         # after the dateline the workload's DSCP moves to the second virtual channel's
         self.vc_dscp = {sc.workload.dscp: sc.controller.vc1_dscp} if self.dateline else {}
         # under the ingress rule every switch tags a frame with the port it entered by
@@ -162,7 +163,11 @@ class ProactiveRouting(app_manager.OSKenApp):
                           if (l.a, l.a_port) in self.down_ports or (l.b, l.b_port) in self.down_ports)
         if links != self.down_links:
             self.down_links = links
-            self._reroute()
+            if self.reroute:
+                self._reroute()
+            else:
+                self.event_log.write("reroute_skipped", down_links=sorted(l.name for l in links),
+                                     why="controller.reroute = false")
 
     def _reroute(self) -> None:
         self.reroute_started_ns = time.monotonic_ns()

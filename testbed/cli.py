@@ -50,6 +50,8 @@ def print_fidelity(fid: dict) -> None:
     detail = (f"{lf['busy_links']} busy link(s), worst drained at rate in {lf['worst_share']:.1%} of its backlogged "
               f"windows (needs {lf['min_share']:.0%})" if lf.get("busy_links")
               else "no switch link was busy long enough to judge its drain rate")
+    if lf.get("short_links"):
+        detail += f"; {lf['short_links']} link(s) with fewer windows judged over their whole backlogged time"
     if hf.get("judged_hosts"):
         worst = hf.get("worst") or {}
         detail += (f"; {hf['judged_hosts']} sending host(s) judged" + (
@@ -254,66 +256,123 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def _num(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_num(x) for x in v) + "]"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _judge(n: str, sets: list[str], scenario) -> dict:
+    """One scenario of the suite, run (again if it could not keep up: _run_faithfully) and judged
+    against its expectations and its baseline: its rows, its verdict and why it has none."""
+    from testbed.regress import limits
+    from testbed.regress import baselines as regress
+    run_dir, s = _run_faithfully(n, sets)
+    rows = []
+    for e in s["expectations"]:
+        rows.append((e["metric"], f"{e['op']} {_num(e['expected'])}", "", _num(e["actual"]),
+                     "ok" if e["ok"] else "regressed" if e["ok"] is False else "not judged"))
+    base = regress.load_baseline(n)
+    stale = regress.unrecordable(base.get("git_commit")) if base else None
+    if stale:
+        console.print(f"[yellow]{n}: its baseline ({base['run_id']}) is not of a clean commit: {stale}; "
+                      f"record it again with `testbed baseline {n}`[/]")
+    unreachable = limits.unreachable(base, scenario) if base else []
+    if unreachable:
+        console.print(f"[yellow]{n}: some limits of its baseline could never fail: {escape('; '.join(unreachable))}[/]")
+    overrides = {t.metric: (t.rel, t.abs) for t in scenario.tolerance}
+    for c in regress.compare(s, base, overrides) if base else []:
+        rows.append((c["metric"], _num(c["baseline"]), _num(c["limit"]), _num(c["now"]), c["verdict"]))
+    # a run that failed outside its expectations (traffic stalled, a deadlock, lost or
+    # unaccounted packets) fails as itself, named, whatever its baseline tracks
+    others = [p for p in s["problems"] if not p.startswith("expectation failed")]
+    if others:
+        rows.append(("problems", "none", "", "; ".join(others), "regressed"))
+    failed = [r[0] for r in rows if r[4] not in ("ok", "not judged")]
+    not_judged = [r[0] for r in rows if r[4] == "not judged"]
+    verdict = regress.verdict(failed, s["fidelity"]["verdict"] == "kept_up", regress.lost_to_the_emulator(s),
+                              not_judged)
+    why = (s["fidelity"]["notes"] or s["problems"] or [
+        f"{e['metric']}: {e['why']}" for e in s["expectations"] if e["ok"] is None]) \
+        if verdict == "inconclusive" else None
+    return {"run_dir": run_dir, "summary": s, "rows": rows, "failed": failed, "not_judged": not_judged,
+            "verdict": verdict, "no_verdict": why}
+
+
+def _verdict_table(title: str, judged: dict[str, dict]) -> Table:
+    table = Table(title=title)
+    for col in ("scenario", "metric", "baseline / expected", "limit", "now", "verdict"):
+        table.add_column(col, overflow="fold")
+    for n, j in judged.items():
+        for r in j["rows"]:
+            color = "green" if r[4] == "ok" else "red"
+            table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")
+        table.add_row(n, "[bold]run[/]", "", "", j["run_dir"].name, f"[bold]{j['verdict']}[/]")
+    return table
+
+
 def cmd_regress(args) -> int:
     """Run each regression scenario, check its expectations and compare it with its baseline; a
     run whose fidelity fails is run again (once, then while steal spoiled it: _run_faithfully), and
     is inconclusive, never a pass, if the last fails too. A broken policy metric (marks, pauses,
     drops, losses, status) is a regression even then;
-    a slower time or a longer queue on such a run is inconclusive (testbed.regress.baselines.verdict)."""
-    from testbed.regress import limits
+    a slower time or a longer queue on such a run is inconclusive (testbed.regress.baselines.verdict).
+    With --sabotage, runs the named sabotages (testbed.regress.sabotage) instead: each must be
+    called regressed."""
     from testbed.regress import baselines as regress
     from testbed.scenario import load_scenario
+    if args.sabotage is not None:
+        return _sabotage(args)
     names = args.names or regress.suite()
     scenarios = {n: load_scenario(n, args.set) for n in names}  # bad input before anything runs
-    table = Table(title="regression: " + " ".join(names) + (f" (with {' '.join(args.set)})" if args.set else ""))
-    for col in ("scenario", "metric", "baseline / expected", "limit", "now", "verdict"):
-        table.add_column(col, overflow="fold")
-
-    def num(v):
-        if isinstance(v, list):
-            return "[" + ", ".join(num(x) for x in v) + "]"
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-    verdicts, failed, not_judged, no_verdict = {}, {}, {}, {}
+    unjudged = [n for n in names if not regress.judges_something(n)]
+    if unjudged:
+        raise InputError(scenarios[unjudged[0]].path, "expect", "the scenario has no [[expect]] and no stored "
+                         "baseline: a regression run of it would judge nothing")
+    if not args.names:
+        console.print(f"the suite: {len(names)} scenarios: {' '.join(names)}")
+        for n, why in regress.left_out().items():
+            console.print(f"  left out: {n}: {escape(why)}")
+    judged = {}
     for n in names:
-        run_dir, s = _run_faithfully(n, args.set)
-        rows = []
-        for e in s["expectations"]:
-            rows.append((e["metric"], f"{e['op']} {num(e['expected'])}", "", num(e["actual"]),
-                         "ok" if e["ok"] else "regressed" if e["ok"] is False else "not judged"))
-        base = regress.load_baseline(n)
-        stale = regress.unrecordable(base.get("git_commit")) if base else None
-        if stale:
-            console.print(f"[yellow]{n}: its baseline ({base['run_id']}) is not of a clean commit: {stale}; "
-                          f"record it again with `testbed baseline {n}`[/]")
-        unreachable = limits.unreachable(base, scenarios[n]) if base else []
-        if unreachable:
-            console.print(f"[yellow]{n}: some limits of its baseline could never fail: {escape('; '.join(unreachable))}[/]")
-        overrides = {t.metric: (t.rel, t.abs) for t in scenarios[n].tolerance}
-        for c in regress.compare(s, base, overrides) if base else []:
-            rows.append((c["metric"], num(c["baseline"]), num(c["limit"]), num(c["now"]), c["verdict"]))
-        # a run that failed outside its expectations (traffic stalled, a deadlock, lost or
-        # unaccounted packets) fails as itself, named, whatever its baseline tracks
-        others = [p for p in s["problems"] if not p.startswith("expectation failed")]
-        if others:
-            rows.append(("problems", "none", "", "; ".join(others), "regressed"))
-        failed[n] = [r[0] for r in rows if r[4] not in ("ok", "not judged")]
-        not_judged[n] = [r[0] for r in rows if r[4] == "not judged"]
-        verdicts[n] = regress.verdict(failed[n], s["fidelity"]["verdict"] == "kept_up",
-                                      regress.lost_to_the_emulator(s), not_judged[n])
-        if verdicts[n] == "inconclusive":
-            no_verdict[n] = s["fidelity"]["notes"] or s["problems"] or [
-                f"{e['metric']}: {e['why']}" for e in s["expectations"] if e["ok"] is None]
-        for r in rows:
-            color = "green" if r[4] == "ok" else "red"
-            table.add_row(n, r[0], r[1], r[2], r[3], f"[{color}]{r[4]}[/]")
-        table.add_row(n, "[bold]run[/]", "", "", run_dir.name, f"[bold]{verdicts[n]}[/]")
-    console.print(table)
-    summary = {"verdicts": verdicts, "sets": args.set, "failed": failed, "not_judged": not_judged,
-               "no_verdict": no_verdict}
+        judged[n] = _judge(n, args.set, scenarios[n])
+    console.print(_verdict_table("regression: " + " ".join(names) + (f" (with {' '.join(args.set)})" if args.set else ""),
+                                 judged))
+    verdicts = {n: j["verdict"] for n, j in judged.items()}
+    summary = {"verdicts": verdicts, "sets": args.set, "failed": {n: j["failed"] for n, j in judged.items()},
+               "not_judged": {n: j["not_judged"] for n, j in judged.items()},
+               "no_verdict": {n: j["no_verdict"] for n, j in judged.items() if j["no_verdict"]},
+               "runs": {n: str(j["run_dir"]) for n, j in judged.items()}}
     print(json.dumps(summary), flush=True)  # one machine-readable line, never wrapped
     if any(v == "regressed" for v in verdicts.values()):
         return 1
     return 4 if any(v == "inconclusive" for v in verdicts.values()) else 0
+
+
+def _sabotage(args) -> int:
+    """Each sabotage's scenario, run with its --set and judged as regress judges it: caught when the
+    verdict is regressed. Exit 0 if every one was caught, 1 if one passed (a policy the suite does
+    not guard), 4 if one reached no verdict."""
+    from testbed.regress.sabotage import by_name
+    from testbed.scenario import load_scenario
+    if args.names or args.set:
+        raise InputError("--sabotage", " ".join(args.names + args.set),
+                         "give the sabotages to run as --sabotage NAME[,NAME]; no scenarios or --set beside it")
+    chosen = by_name([n for n in args.sabotage.split(",") if n])
+    scenarios = {s.name: load_scenario(s.scenario, list(s.sets)) for s in chosen}  # bad input first
+    judged, caught = {}, {}
+    for sab in chosen:
+        console.print(f"sabotage {sab.name}: {sab.scenario} with {' '.join(sab.sets)} ({sab.breaks})")
+        j = _judge(sab.scenario, list(sab.sets), scenarios[sab.name])
+        judged[f"{sab.name} ({sab.scenario})"] = j
+        caught[sab.name] = {"regressed": "caught", "ok": "passed"}.get(j["verdict"], "no verdict")
+    console.print(_verdict_table("sabotage: each must be caught (regressed)", judged))
+    print(json.dumps({"sabotage": caught, "failed": {n.split(" ")[0]: j["failed"] for n, j in judged.items()},
+                      "no_verdict": {n.split(" ")[0]: j["no_verdict"] for n, j in judged.items() if j["no_verdict"]},
+                      "runs": {n.split(" ")[0]: str(j["run_dir"]) for n, j in judged.items()}}), flush=True)
+    if any(v == "passed" for v in caught.values()):
+        return 1
+    return 4 if any(v == "no verdict" for v in caught.values()) else 0
 
 
 def cmd_spread(args) -> int:
@@ -433,6 +492,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("regress", help="run regression scenarios against expectations and baselines")
     p.add_argument("names", nargs="*")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.add_argument("--sabotage", nargs="?", const="", default=None, metavar="NAME[,NAME]",
+                   help="run the sabotages (all, or these) instead: each breaks one policy, and must be caught")
     p.set_defaults(func=cmd_regress)
     p = sub.add_parser("spread", help="a scenario's run-to-run spread over stored runs, as [[tolerance]] tables")
     p.add_argument("name")

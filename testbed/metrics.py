@@ -37,6 +37,7 @@ TRACKED = {
     # marks and pauses follow the congestion: far fewer is as suspect as far more (a policy gone)
     "qos.ecn.marked": Tolerance("near", rel=0.5, abs=50),
     "qos.pfc.pauses": Tolerance("near", rel=0.9, abs=20),
+    "qos.pfc.pauses_per_mb": Tolerance("near", rel=0.9, abs=1.0),
     # what a run's status summed up, each on its own: every iteration completed, no PFC deadlock,
     # every lost packet accounted for, every message with its bytes
     "qos.pfc.deadlocked": Tolerance("equal"),

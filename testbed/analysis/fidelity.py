@@ -143,9 +143,20 @@ def _held(r: dict) -> str:
 
 
 def _link_notes(link_fid: dict) -> list[str]:
-    if not link_fid["busy_links"] or link_fid["valid"]:
+    if link_fid["valid"]:
         return []
     notes = []
+    short = link_fid.get("failing_short_links") or []
+    if short:
+        worst = min(short, key=lambda c: c["drain_ratio"])
+        notes.append(
+            f"{len(short)} of {link_fid['short_links']} links with too few windows to count as busy drained "
+            f"at more than the tolerance plus one frame a backlog from their rate over all their backlogged "
+            f"time (worst {worst['port']}: {worst['drain_ratio']:.3f} of its rate over {worst['backlogs']} "
+            f"backlogs, {worst['allowed']:.1%} off allowed)")
+    if not link_fid["failing_links"]:
+        return notes
+    short_notes = len(notes)
     failing = [c for c in link_fid["links"] if c["port"] in link_fid["failing_links"]]
     jittery = [c for c in failing if c["share"] < link_fid["min_share"]]
     slow = [c for c in failing if not c["drain_ratio_ok"]]
@@ -162,7 +173,7 @@ def _link_notes(link_fid: dict) -> list[str]:
             f"{len(slow)} of {link_fid['busy_links']} busy links drained at more than "
             f"{link_fid['tolerance']:.0%} from their rate over all their backlogged windows (worst "
             f"{worst['port']}: {worst['drain_ratio']:.3f} of its rate)")
-    if not notes:
+    if len(notes) == short_notes:
         # invalid for a reason neither rule names (kept so that the verdict cannot pass it by)
         notes.append(f"{len(failing)} of {link_fid['busy_links']} busy links failed the drain-rate rules")
     return notes

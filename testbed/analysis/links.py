@@ -115,14 +115,19 @@ def window_ns(rate_bps: float, frame_bytes: int) -> float:
     return max(MIN_WINDOW_MS * 1e6, WINDOW_FRAMES * frame_bytes * 8 / rate_bps * 1e9)
 
 
+def runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of consecutive set flags: intervals start .. end-1."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
+
+
 def windows(t_ns: np.ndarray, judged: np.ndarray, span_ns: float) -> list[tuple[int, int]]:
     """(first, last) sample indices of back-to-back windows of at least span_ns, each made of
     consecutive judged intervals (judged: one flag per interval); what is left of a run of judged
     intervals too short for a window is not judged."""
     out = []
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], judged.astype(np.int8), [0]])))
-    for run_start, run_end in zip(edges[::2], edges[1::2]):   # intervals run_start .. run_end-1
-        i = int(run_start)
+    for run_start, run_end in runs(judged):
+        i = run_start
         while True:
             j = int(np.searchsorted(t_ns, t_ns[i] + span_ns, side="left"))
             if j > run_end:
@@ -157,6 +162,14 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
         in_windows[a:b] = True
     all_expected = float((rate_bps / 8 * dt_s[in_windows]).sum())
     drain_ratio = float(drained[in_windows].sum() / all_expected) if all_expected > 0 else None
+    # A port with too few windows for their share to mean anything is judged over its whole
+    # backlogged time instead, each backlog allowed the frame its count can miss at its end (see
+    # the module): a 93% ring port in 14 backlogs of about a window each fails by this, where its
+    # windows alone were too few to judge it
+    backlogs = len(runs(backlogged))
+    backlog_expected = float((rate_bps / 8 * dt_s[backlogged]).sum())
+    backlog_drained = float(drained[backlogged].sum())
+    backlog_allowed = tolerance * backlog_expected + frame_bytes * backlogs
     return {"port": s.port, "rate_mbps": rate_bps / 1e6, "window_ms": span / 1e6,
             "backlogged_intervals": int(backlogged.sum()), "windows": n,
             "within_tolerance": int(ok.sum()), "share": float(ok.mean()) if n else None,
@@ -166,7 +179,11 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
             "drain_ratio_ok": drain_ratio is not None and abs(drain_ratio - 1) <= tolerance,
             "ratio_p1": float(np.percentile(ratio, 1)) if n else None,
             "ratio_p50": float(np.percentile(ratio, 50)) if n else None,
-            "ratio_p99": float(np.percentile(ratio, 99)) if n else None}
+            "ratio_p99": float(np.percentile(ratio, 99)) if n else None,
+            "backlogs": backlogs,
+            "backlog_drain_ratio": backlog_drained / backlog_expected if backlog_expected > 0 else None,
+            "backlog_allowed_ratio": backlog_allowed / backlog_expected if backlog_expected > 0 else None,
+            "backlog_ok": abs(backlog_drained - backlog_expected) <= backlog_allowed}
 
 
 def link_fidelity(series: list[PortSeries], rates_bps: dict[str, float], frame_bytes: int,
@@ -180,6 +197,9 @@ def link_fidelity(series: list[PortSeries], rates_bps: dict[str, float], frame_b
     busy = [c for c in checks if c["windows"] >= min_windows]
     failing = sorted((c for c in busy if c["share"] < min_share or not c["drain_ratio_ok"]),
                      key=lambda c: c["share"])
+    # ports with a window but too few to count as busy: judged over their whole backlogged time
+    short = [c for c in checks if 0 < c["windows"] < min_windows]
+    failing_short = sorted((c for c in short if not c["backlog_ok"]), key=lambda c: c["backlog_drain_ratio"])
     intervals = np.diff(series[0].t_ns) if series else np.array([])
     total = sum(c["windows"] for c in busy)
     return {
@@ -192,7 +212,11 @@ def link_fidelity(series: list[PortSeries], rates_bps: dict[str, float], frame_b
         "tolerance": tolerance, "frame_bytes": frame_bytes, "min_share": min_share,
         "min_windows": min_windows,
         "busy_links": len(busy),
-        "valid": not failing,
+        "short_links": len(short),
+        "failing_short_links": [{"port": c["port"], "backlogs": c["backlogs"],
+                                 "drain_ratio": c["backlog_drain_ratio"], "allowed": c["backlog_allowed_ratio"]}
+                                for c in failing_short],
+        "valid": not failing and not failing_short,
         "worst_share": min((c["share"] for c in busy), default=None),
         "overall_share": sum(c["within_tolerance"] for c in busy) / total if total else None,
         "failing_links": [c["port"] for c in failing],

@@ -231,13 +231,19 @@ def analyze(run_dir: Path | str) -> dict:
         collective, training = next(iter(sections.values()))
     else:
         jobs, collective, training = None, collective_section(inp, t), training_section(t.messages, t.iterations)
+    goodput = _goodput(inp, t)
+    if qos:
+        # pauses against the traffic carried: a band a scenario can hold whatever its size; far
+        # more is a PFC policy pausing too eagerly, which a bare pauses > 0 passes
+        mb = goodput["payload_bytes_delivered"] / 1e6
+        qos["pfc"]["pauses_per_mb"] = qos["pfc"]["pauses"] / mb if mb else None
     summary = Summary(
         summary_version=SUMMARY_VERSION, run_id=inp.manifest["run_id"], scenario=sc["name"],
         status=status_of(acc.problems, deadlock, tr["messages_with_wrong_bytes"], []),
         problems=problems, mechanisms=inp.manifest["mechanisms"], timings_s=inp.manifest["timings_s"],
         collective=collective, training=training, jobs=jobs, isolation=inp.manifest.get("isolation"),
         latency_us=latency, nic_queueing=nic_queues(t.packets, inp.plan),
-        goodput=_goodput(inp, t), packets=Packets(**packets), fidelity=Fidelity(**fid), faults=faults, qos=qos,
+        goodput=goodput, packets=Packets(**packets), fidelity=Fidelity(**fid), faults=faults, qos=qos,
         latency_by_dscp_us=_latency_by_dscp(t.packets),
         background=background_flows(t.messages, t.tags, sc["fabric"]["bw_mbps"] * 1e6),
         switch_tx_packets=switch_tx_packets(inp.queues_end, inp.fabric), transport=tr,

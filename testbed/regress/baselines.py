@@ -239,9 +239,24 @@ def tolerance_toml(stats: dict[str, dict], commits: list[str]) -> str:
 
 
 def suite() -> list[str]:
-    """The regression suite: every scenario with expectations or a stored baseline."""
+    """The regression suite: every shipped scenario but those whose file says why it is left out
+    (regress_skip). A scenario in it must judge something (judges_something): the unit tests hold
+    every shipped file to that, so a new scenario cannot join the suite and pass unjudged."""
     from testbed.scenario import list_scenarios, load_scenario
-    return [n for n in list_scenarios() if load_scenario(n).expect or load_baseline(n) is not None]
+    return [n for n in list_scenarios() if not load_scenario(n).regress_skip]
+
+
+def left_out() -> dict[str, str]:
+    """The shipped scenarios the suite leaves out, each with its file's reason."""
+    from testbed.scenario import list_scenarios, load_scenario
+    return {n: load_scenario(n).regress_skip for n in list_scenarios() if load_scenario(n).regress_skip}
+
+
+def judges_something(name: str, directory: Path = BASELINE_DIR) -> bool:
+    """Whether a run of the scenario has anything to be judged on: an expectation of its policy, or
+    a stored baseline."""
+    from testbed.scenario import load_scenario
+    return bool(load_scenario(name).expect) or load_baseline(name, directory) is not None
 
 
 def load_baseline(name: str, directory: Path = BASELINE_DIR) -> dict | None:

@@ -328,6 +328,10 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise InputError(where, "description", "expected a string")
+    regress_skip = doc.get("regress_skip", "")
+    if not isinstance(regress_skip, str) or ("regress_skip" in doc and not regress_skip.strip()):
+        raise InputError(where, "regress_skip", "expected why the regression suite leaves this scenario out, "
+                         "as a non-empty string")
     tables = {s: dict(doc.get(s, {})) if isinstance(doc.get(s, {}), dict) else doc[s] for s in SECTIONS}
     faults_doc = doc.get("faults", [])
     if not isinstance(faults_doc, list):
@@ -376,6 +380,7 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     built, dilation = _hardware_view(version, built, tables)
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
                   policy_changes=changes, expect=expect, tolerance=tolerance, jobs=jobs, version=version,
+                  regress_skip=regress_skip,
                   dilation=dilation, **built)
     if jobs or built["workload"].type == "jobs":
         sc = _resolve_jobs(where, sc)

@@ -73,6 +73,9 @@ class ControllerSpec:
                                   "own tenant's (one 802.1Q VLAN per tenant, pushed at the edge switch, matched by "
                                   "every route, popped toward the host); false removes it (what the isolation "
                                   "check must catch)", "bool")
+    reroute: bool = spec(True, "when a link goes down (or comes back), recompute the routes without it and "
+                         "install the ones that changed; false leaves every route as installed, into the failed "
+                         "link (what a regression test of failover must catch)", "bool")
     qos_app: str = spec("qos_policy", "os-ken app in controllers/ that owns the port QoS policy (sends it to "
                         "the switch agent, receives its telemetry and events, changes it at run time)",
                         "str", choices=("qos_policy",))
@@ -419,6 +422,8 @@ class Scenario:
     # this scenario's own run-to-run spread of a tracked metric, where it is wider than the default
     tolerance: tuple[ToleranceSpec, ...] = ()
     jobs: tuple[JobSpec, ...] = ()
+    # why `make regress` leaves this scenario out ("" = it is in the suite)
+    regress_skip: str = ""
     version: int = SCENARIO_VERSION
     dilation: Dilation = Dilation()
 
@@ -445,6 +450,7 @@ class Scenario:
                    jobs=tuple(JobSpec(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in j.items()},
                                          "workload": build(WorkloadSpec, j["workload"])})
                               for j in d.get("jobs", ())),
+                   regress_skip=d.get("regress_skip", ""),
                    version=d.get("version", 1), dilation=Dilation(**d.get("dilation", {})))
 
     def with_class_change(self, class_name: str, field_name: str, value: Any) -> "Scenario":
@@ -455,7 +461,7 @@ class Scenario:
 
 SECTIONS = {"fabric": FabricSpec, "controller": ControllerSpec, "workload": WorkloadSpec,
             "transport": TransportSpec, "dcqcn": DcqcnSpec, "qos": QosSpec, "run": RunSpec}
-TOP_LEVEL = {"description", "scenario_version", "faults", "classes", "policy_changes", "expect", "tolerance",
+TOP_LEVEL = {"description", "scenario_version", "regress_skip", "faults", "classes", "policy_changes", "expect", "tolerance",
              "jobs", *SECTIONS}
 TOPOLOGY_FIELDS = {"torus": {"dims", "hosts_per_switch"}, "fattree": {"k"},
                    "leafspine": {"leaves", "spines", "hosts_per_leaf", "uplink_bw_mbps", "uplink_bw_gbps"}}

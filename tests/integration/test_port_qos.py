@@ -397,10 +397,11 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
 
 
 def test_the_pfc_watchdog_breaks_a_deadlock_and_stops_ignoring_a_queue_once_it_drains(tmp_path):
-    # the ring that deadlocks without a dateline, with a 100 us watchdog (hardware time): every port paused that
-    # long is resumed and the rows pausing it are ignored (their queues may drop instead) until
-    # they fall below XON; the traffic then completes, with no deadlock reported
-    run_dir, s = run_one(tmp_path, "pfc-deadlock-torus", "qos.pfc_watchdog_ms=0.1", expect_rc=None)
+    # pfc-watchdog-torus: the ring that deadlocks without a dateline, with a 100 us watchdog (hardware
+    # time): every port paused that long is resumed and the rows pausing it are ignored (their
+    # queues may drop instead) until they fall below XON; the traffic then completes, with no
+    # deadlock reported
+    run_dir, s = run_one(tmp_path, "pfc-watchdog-torus", expect_rc=None)
     pfc = s["qos"]["pfc"]
     assert s["collective"]["iterations_complete"] == 1 and pfc["deadlock"] is None, s["problems"]
     assert s["packets"]["unaccounted"] == 0

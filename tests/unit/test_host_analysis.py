@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from testbed import records
-from testbed.analysis.hosts import host_fidelity, nic_queue_series, nic_queues
+from testbed.analysis.hosts import HOST_MIN_WINDOWS, host_fidelity, nic_queue_series, nic_queues
+from testbed.analysis.links import MIN_WINDOWS
 from testbed.runfolder import RunFolder
 
 T0 = 10_000_000_000
@@ -257,3 +258,13 @@ def test_busy_windows_join_spans_a_latency_gap_splits_and_leave_no_gap_inside():
     # one long span: back-to-back windows of its own, as a switch port's
     long = np.ones(40, bool)
     assert busy_windows(t, long, 10e6) == [[(0, 10)], [(10, 20)], [(20, 30)], [(30, 40)]]
+
+
+def test_a_host_needs_as_many_windows_as_a_link_to_be_judged(tmp_path):
+    # at 10 Mb/s a window is 20 frame times: 19 windows of busy time judge nothing, 21 judge the host
+    # (one busy window once validated a whole run)
+    assert HOST_MIN_WINDOWS == MIN_WINDOWS == 20
+    few = judge(tmp_path, line_rate(10e6, 19 * 20 + 5), 10e6)["hosts"][0]
+    enough = judge(tmp_path, line_rate(10e6, 21 * 20 + 5), 10e6)["hosts"][0]
+    assert few["windows"] == 19 and not few["judged"]
+    assert enough["windows"] >= 20 and enough["judged"]

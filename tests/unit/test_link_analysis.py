@@ -206,6 +206,8 @@ def test_links_with_too_few_windows_are_not_judged():
     s = series([12_500] * 100)          # 100 ms at 100 Mb/s: 14 windows of 7 ms, fewer than 20
     f = verdict(s, RATE)
     assert f["busy_links"] == 0 and f["valid"] and f["worst_share"] is None
+    # but judged over its whole backlogged time, which a perfect link passes
+    assert f["short_links"] == 1 and not f["failing_short_links"]
 
 
 def test_port_series_carries_sparse_rows_forward_and_adds_classes():
@@ -257,3 +259,50 @@ def test_a_port_whose_link_a_fault_took_down_is_not_judged_while_down():
     assert not verdict(s, rate, pauses=la.down_windows(faults, fabric, 800 * MS))["valid"]
     # a controller kill is no link's fault
     assert la.down_windows([{"t_ns": 1, "action": "controller_kill"}], fabric, 800 * MS) == {}
+
+
+def short_backlogs(rate, drain=1.0, backlogs=14, frames=32, seed=2, sample_ns=999_800, phase_ns=0):
+    """A link fed `backlogs` bursts of `frames` frames (one window and a half each) after idle gaps
+    of 5-20 ms, draining at drain x its rate: too few windows to count as busy. 14 backlogs of 32
+    frames: the allowance is 3% plus 1/32, 6.3%."""
+    ft = frame_ns(rate) / drain
+    rng = np.random.default_rng(seed)
+    arrive, t = [], 0.0
+    for _ in range(backlogs):
+        arrive += [t] * frames
+        t += frames * ft + rng.uniform(5, 20) * MS
+    arrive = np.asarray(arrive)
+    deliver, free = np.empty(len(arrive)), 0.0
+    for i, a in enumerate(arrive):
+        free = max(a, free) + ft
+        deliver[i] = free
+    ts = (np.arange(0, deliver[-1] + 2 * sample_ns, sample_ns) + phase_ns).astype(np.int64)
+    done = np.searchsorted(deliver, ts, side="right")
+    depth = (np.searchsorted(arrive, ts, side="right") - done) * float(FRAME)
+    return la.PortSeries("s0-eth1", ts, depth, done * float(FRAME))
+
+
+@RATES
+def test_a_short_port_draining_at_93_percent_is_caught(rate):
+    # the ring port of the issue: backlogs of about a window each, too few to count as busy, so the
+    # window rules never saw it; over its whole backlogged time it is 7% slow, past 3% plus a frame
+    # a backlog (6.3%; backlogs of 25 frames would be allowed 7.3%, and this port would pass)
+    f = verdict(short_backlogs(rate, drain=0.93), rate)
+    assert f["busy_links"] == 0 and f["short_links"] == 1 and not f["valid"]
+    (bad,) = f["failing_short_links"]
+    assert bad["drain_ratio"] < 1 - bad["allowed"] and bad["backlogs"] == 14
+
+
+@RATES
+@pytest.mark.parametrize("phase_ns", [0, 250_000, 500_000, 750_000])
+def test_a_perfect_short_port_passes_at_any_sampling_phase(rate, phase_ns):
+    f = verdict(short_backlogs(rate, phase_ns=phase_ns), rate)
+    assert f["busy_links"] == 0 and f["short_links"] == 1
+    assert f["valid"] and not f["failing_short_links"]
+
+
+def test_a_run_judged_on_short_ports_alone_is_not_busy():
+    # the short-port check can fail a run, never validate one: busy_links stays 0, which the
+    # fidelity verdict reads as nothing judged
+    f = verdict(short_backlogs(RATE), RATE)
+    assert f["busy_links"] == 0 and f["worst_share"] is None
