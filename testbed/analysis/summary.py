@@ -36,12 +36,13 @@ from testbed.analysis.parallelism import iteration_split, layer_collectives
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, write_table
 from testbed.analysis.training import training_section
+from testbed.traffic.ddp import bucket_sizes
 from testbed.analysis.transport import time_dilation, transport_summary
 from testbed.paths import PROJECT_ROOT
 from testbed.regress.baselines import check_expectations
 from testbed.runfolder import RunFolder, read_jsonl
 from testbed.scenario import DcqcnSpec, Scenario
-from testbed.traffic.collectives import busbw_factor
+from testbed.traffic.collectives import busbw_factor, chunk_sizes
 from testbed.traffic.packets import HEADER_BYTES
 from testbed.traffic.workload import path_links, pipeline_job
 from topologies.model import Fabric
@@ -340,7 +341,10 @@ def collective_section(inp: RunInputs, t: Tables) -> dict:
             for name, g in msgs[once].groupby("group", sort=False)]
     if workload == "ddp":
         w = sc["workload"]
-        out["ddp"] = {"buckets": w["ddp_buckets"], "overlap": w["ddp_overlap"]}
+        # a run recorded before DDP's bucket sizes split its bytes evenly over ddp_buckets
+        sizes = (chunk_sizes(S, w["ddp_buckets"]) if "ddp_buckets" in w
+                 else bucket_sizes(S, w["ddp_first_bucket_bytes"], w["ddp_bucket_cap_bytes"]))
+        out["ddp"] = {"buckets": len(sizes), "bucket_bytes": sizes, "overlap": w["ddp_overlap"]}
         out["transfers"] = int((msgs["op"] != "compute").sum()) // max(1, len(iters))
     if workload == "parameter_server":
         w = sc["workload"]

@@ -46,7 +46,8 @@ def dilate(sc: Scenario, factor: float, chosen_by: str, calibration: dict | None
     f = sc.fabric
     fabric = dataclasses.replace(f, bw_mbps=f.bw_mbps / d, uplink_bw_mbps=f.uplink_bw_mbps / d,
                                  link_delay_ns=f.link_delay_ns * d, switch_latency_ns=f.switch_latency_ns * d)
-    transport = dataclasses.replace(sc.transport, rto_ms=sc.transport.rto_ms * d)
+    transport = dataclasses.replace(sc.transport, rto_ms=sc.transport.rto_ms * d,
+                                    nak_interval_us=sc.transport.nak_interval_us * d)
     dcqcn = dataclasses.replace(sc.dcqcn, time_scale=sc.dcqcn.time_scale * d)
     qos = dataclasses.replace(sc.qos, pfc_watchdog_ms=sc.qos.pfc_watchdog_ms * d,
                               pfc_response_ns=sc.qos.pfc_response_ns * d)

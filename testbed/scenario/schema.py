@@ -157,8 +157,10 @@ class WorkloadSpec:
                                  "forward, ms", "float", 0.0, 1e6)
     bwd_compute_ms: float = spec(20.0, "pipeline: backward compute per micro-batch and stage; ddp: a rank's whole "
                                  "backward, ms", "float", 0.0, 1e6)
-    ddp_buckets: int = spec(4, "ddp: gradient buckets (bytes_per_rank split evenly; bucket 0 holds the last "
-                            "layers, ready first)", "int", 1, 256)
+    ddp_first_bucket_bytes: int = spec(1 << 20, "ddp: the first gradient bucket's bytes (it holds the last "
+                                       "layers, ready first; PyTorch DDP's 1 MiB)", "bytes", 1, 1 << 40)
+    ddp_bucket_cap_bytes: int = spec(25 << 20, "ddp: every later bucket's bytes, the last holding what is left "
+                                     "(PyTorch DDP's bucket_cap_mb, 25 MiB)", "bytes", 1, 1 << 40)
     ddp_overlap: bool = spec(True, "ddp: each bucket's AllReduce starts once the backward has produced it, and "
                              "the next forward waits only for the bucket it needs (false: after the whole "
                              "backward, and the next forward waits for every bucket)", "bool")
@@ -189,6 +191,10 @@ class TransportSpec:
                             choices=("go_back_n", "none"))
     rto_ms: float = spec(200.0, "retransmission timeout, ms (version 2: of hardware time, default 1): keep it "
                          "above the worst queueing delay (hops x queue_limit_bytes x 8 / bw)", "float", 1e-6, 10000.0)
+    nak_interval_us: float = spec(500.0, "go_back_n: a receiver NAKs a gap again when a frame past it arrives "
+                                  "this long after its last NAK, as HPCC's does (its m_nack_interval, 500 us): "
+                                  "a lost NAK or resend then waits this, not rto_ms (version 2: hardware "
+                                  "time); 0: one NAK per gap", "float", 0.0, 1e7)
     ack_every_packets: int = spec(16, "coalescing: one ACK per this many packets (and per message end)",
                                   "int", 1, 4096)
     ack_dscp: int = spec(48, "DSCP of ACK, NAK and CNP packets (a high-priority class)", "int", 0, 63)

@@ -211,6 +211,7 @@ class Engine:
             rto_ns=int(transport["rto_ms"] * 1e6), time_limit_ns=int(plan.time_limit_s * 1e9),
             stall_ns=int(plan.stall_timeout_s * 1e9), lead_ns=int(plan.nic_lead_ns),
             batch_ns=int(transport["engine_batch_us"] * 1e3), cc_tick_ns=cc_tick,
+            nak_interval_ns=int(transport["nak_interval_us"] * 1e3),
             tx_path=bytes(f.tx), rx_path=bytes(f.rx), qp_path=bytes(f.qp_events), gap_path=bytes(f.nic_gaps),
             heartbeat_path=bytes(f.heartbeat),
             host_rx_fd=_ptr(a["host_rx_fd"], C.c_int32), host_data_fd=_ptr(a["host_data_fd"], C.c_int32),

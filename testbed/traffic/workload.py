@@ -13,7 +13,7 @@ from testbed.paths import PROJECT_ROOT
 from testbed.traffic.collectives import (Message, all_to_all, background, halving_doubling_allreduce, incast,
                                          ring_allgather, ring_allreduce, ring_reducescatter, shift_permutation,
                                          torus2d_allreduce)
-from testbed.traffic.ddp import ddp_step
+from testbed.traffic.ddp import bucket_sizes, ddp_step
 from testbed.traffic.parameter_server import parameter_server
 from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step, placement
 from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
@@ -184,8 +184,8 @@ def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Messag
         msgs = pipeline_step(pipeline_job(sc), grid, w.iterations)
     elif w.type == "ddp":
         ranks = placed_ranks(sc, fabric)
-        msgs = ddp_step(ranks, w.bytes_per_rank, w.ddp_buckets, int(w.fwd_compute_ms * 1e6), int(w.bwd_compute_ms * 1e6),
-                        w.ddp_overlap, w.iterations)
+        msgs = ddp_step(ranks, bucket_sizes(w.bytes_per_rank, w.ddp_first_bucket_bytes, w.ddp_bucket_cap_bytes),
+                        int(w.fwd_compute_ms * 1e6), int(w.bwd_compute_ms * 1e6), w.ddp_overlap, w.iterations)
     elif w.type == "parameter_server":
         workers, servers = ps_parties(sc, fabric)
         ranks = list(dict.fromkeys(workers + servers))

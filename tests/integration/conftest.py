@@ -32,3 +32,12 @@ def foreign_bridge():
                     "datapath_type=netdev"], check=True)
     yield FOREIGN_BRIDGE
     subprocess.run(["ovs-vsctl", "--if-exists", "del-br", FOREIGN_BRIDGE], check=True)
+
+
+@pytest.fixture(scope="session")
+def suite_runs(tmp_path_factory):
+    """Each regression-suite scenario run once a session, as `testbed regress NAME` runs it (again
+    while the machine could not keep up): test_regression_suite judges its verdict, and the tests
+    of the mechanisms a scenario shows read the same run instead of running it once more."""
+    from helpers import SuiteRuns
+    return SuiteRuns(tmp_path_factory.mktemp("suite"))

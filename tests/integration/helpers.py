@@ -82,3 +82,36 @@ def deep_incast(tmp_path, buffer="4MiB", folder="scenarios"):
     d.mkdir()
     (d / "deep-incast.toml").write_text(text)
     return d
+
+
+class SuiteRun:
+    """One `testbed regress NAME`: its process, its machine-readable verdict line, and the run it kept."""
+
+    def __init__(self, name: str, out: subprocess.CompletedProcess):
+        self.name, self.out = name, out
+        lines = [l for l in out.stdout.splitlines() if l.startswith('{"verdicts"')]
+        self.result = json.loads(lines[-1]) if lines else None
+        self.run_dir = Path(self.result["runs"][name]) if self.result else None
+
+    @property
+    def log(self) -> str:
+        return self.out.stdout[-6000:] + self.out.stderr[-3000:]
+
+    @property
+    def summary(self) -> dict:
+        assert self.run_dir is not None, f"regress {self.name} kept no run:\n{self.log}"
+        return summary_of(self.run_dir)
+
+
+class SuiteRuns:
+    """The session's suite runs by scenario name, each made on first use."""
+
+    def __init__(self, root: Path):
+        self.root, self.runs = root, {}
+
+    def get(self, name: str) -> SuiteRun:
+        if name not in self.runs:
+            out = subprocess.run(cli_argv("regress", name), cwd=ROOT, env=env_with_results(self.root / name),
+                                 capture_output=True, text=True, timeout=1800)
+            self.runs[name] = SuiteRun(name, out)
+        return self.runs[name]

@@ -33,8 +33,9 @@ def run_one(tmp_path, name, *sets, expect_rc=0):
     return run_dir, summary_of(run_dir)
 
 
-def test_incast_ecn_marks_by_the_profile_on_the_congested_port_only(tmp_path):
-    run_dir, s = run_one(tmp_path, "incast-ecn")
+def test_incast_ecn_marks_by_the_profile_on_the_congested_port_only(suite_runs):
+    r = suite_runs.get("incast-ecn")
+    run_dir, s = r.run_dir, r.summary
     q = s["qos"]
     assert s["status"] in NOTHING_FAILED and s["packets"]["lost"] == 0
     # only the port toward the receiver marks, and it marks in its RoCE class
@@ -353,8 +354,8 @@ def test_a_resumed_port_does_not_release_the_bucket_its_pause_saved_up(tmp_path)
     assert most["frames_over_rate_p90"] <= 3.7, most
 
 
-def test_priority_queuing_protects_allreduce_from_bulk(tmp_path):
-    _, mix = run_one(tmp_path, "priority-mix")
+def test_priority_queuing_protects_allreduce_from_bulk(tmp_path, suite_runs):
+    mix = suite_runs.get("priority-mix").summary
     _, alone = run_one(tmp_path, "priority-mix", "workload.bulk_shift=0", expect_rc=None)
     _, fifo = run_one(tmp_path, "priority-mix", "qos.scheduling=fifo", expect_rc=None)  # priority sabotaged
     # the scenario's expectation catches the sabotage: as a regression on a faithful run; on one
@@ -396,12 +397,13 @@ def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path
     assert ok["qos"]["pfc"]["deadlock"] is None and ok["qos"]["pfc"]["pauses"] > 0
 
 
-def test_the_pfc_watchdog_breaks_a_deadlock_and_stops_ignoring_a_queue_once_it_drains(tmp_path):
+def test_the_pfc_watchdog_breaks_a_deadlock_and_stops_ignoring_a_queue_once_it_drains(suite_runs):
     # pfc-watchdog-torus: the ring that deadlocks without a dateline, with a 100 us watchdog (hardware
     # time): every port paused that long is resumed and the rows pausing it are ignored (their
     # queues may drop instead) until they fall below XON; the traffic then completes, with no
     # deadlock reported
-    run_dir, s = run_one(tmp_path, "pfc-watchdog-torus", expect_rc=None)
+    r = suite_runs.get("pfc-watchdog-torus")
+    run_dir, s = r.run_dir, r.summary
     pfc = s["qos"]["pfc"]
     assert s["collective"]["iterations_complete"] == 1 and pfc["deadlock"] is None, s["problems"]
     assert s["packets"]["unaccounted"] == 0

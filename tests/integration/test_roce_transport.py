@@ -69,8 +69,9 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
     assert off["qos"]["queues"]["buffer_drops"] > 0
 
 
-def test_go_back_n_completes_every_message_with_every_byte_over_a_dropping_fabric(tmp_path):
-    run_dir, s = run_one(tmp_path, "lossy-fabric")
+def test_go_back_n_completes_every_message_with_every_byte_over_a_dropping_fabric(suite_runs):
+    r = suite_runs.get("lossy-fabric")
+    run_dir, s = r.run_dir, r.summary
     tr, p = s["transport"], s["packets"]
     assert s["status"] in NOTHING_FAILED and p["unaccounted"] == 0
     assert p["lost"] > 0 and s["qos"]["queues"]["buffer_drops"] > 0

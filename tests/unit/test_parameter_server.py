@@ -84,8 +84,8 @@ def test_a_parameter_server_that_does_not_fit_is_bad_input_naming_the_field(work
 def test_ddp_overlaps_each_buckets_allreduce_with_the_backward_that_follows_it():
     from testbed.traffic.ddp import ddp_step
     ranks = ["a", "b", "c"]
-    on = ddp_step(ranks, 3 * 4096, 2, fwd_ns=2000, bwd_ns=4000, overlap=True, iterations=2)
-    off = ddp_step(ranks, 3 * 4096, 2, fwd_ns=2000, bwd_ns=4000, overlap=False, iterations=2)
+    on = ddp_step(ranks, [6144, 6144], fwd_ns=2000, bwd_ns=4000, overlap=True, iterations=2)
+    off = ddp_step(ranks, [6144, 6144], fwd_ns=2000, bwd_ns=4000, overlap=False, iterations=2)
     for msgs in (on, off):
         comp = [m for m in msgs if m.op == "compute" and m.iteration == 0 and m.src == "a"]
         assert [m.duration_ns for m in comp] == [1000, 1000, 2000, 2000]   # forward, then backward, in slices
@@ -104,3 +104,29 @@ def test_ddp_overlaps_each_buckets_allreduce_with_the_backward_that_follows_it()
     assert {by_id[d].group for d in f0.deps} == {"bucket 1"}
     f0_off = next(m for m in off if m.iteration == 1 and m.src == "a" and m.step == 0)
     assert {m.group for m in off if m.id in f0_off.deps} == {"bucket 0", "bucket 1"}
+
+
+def test_ddp_buckets_are_sized_as_pytorch_assigns_them():
+    # torch/nn/parallel/distributed.py: the first bucket holds _DEFAULT_FIRST_BUCKET_BYTES (1 MiB),
+    # each later one bucket_cap_mb (25 MiB by default); the backward fills them in order
+    from testbed.traffic.ddp import BUCKET_CAP_BYTES, FIRST_BUCKET_BYTES, bucket_sizes, shares
+    MiB = 1 << 20
+    assert (FIRST_BUCKET_BYTES, BUCKET_CAP_BYTES) == (MiB, 25 * MiB)
+    assert bucket_sizes(60 * MiB) == [MiB, 25 * MiB, 25 * MiB, 9 * MiB]
+    assert bucket_sizes(MiB // 2) == [MiB // 2]
+    assert bucket_sizes(4 * MiB, cap_bytes=MiB) == [MiB] * 4
+    # each bucket's slice of the compute is its share of the bytes
+    assert shares(600, [MiB, 2 * MiB]) == [200, 400]
+
+
+def test_a_ranks_bucket_allreduces_run_one_after_another_as_nccl_runs_a_communicators_collectives():
+    from testbed.traffic.ddp import ddp_step
+    ranks = ["a", "b", "c"]
+    for overlap in (True, False):
+        msgs = ddp_step(ranks, [6144, 12288], fwd_ns=2000, bwd_ns=4000, overlap=overlap, iterations=1)
+        by_id = {m.id: m for m in msgs}
+        for r in ranks:
+            first1 = [m for m in msgs if m.group == "bucket 1" and m.src == r][0]
+            last0 = max(m.id for m in msgs if m.group == "bucket 0" and m.dst == r)
+            # bucket 1 leaves rank r only once bucket 0 is reduced there (its last message to r)
+            assert last0 in first1.deps, (r, [by_id[d].group for d in first1.deps])

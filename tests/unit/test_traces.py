@@ -111,7 +111,7 @@ def write(tmp_path, name, data):
     ("MICRO\n1\nl -1 1 ALLREDUCE 10 1 NONE 0 1 NONE 0 1\n", "line 1, parallelism"),                         # SimAI's, not replayed
     ("X all_gpus: 8\n1\nl -1 1 ALLREDUCE 10 1 NONE 0 1 NONE 0 1\n", "line 1, parallelism"),
     # SimAI's EP groups are consecutive TP groups: across stages once pp > 1
-    ("HYBRID_TRANSFORMER model_parallel_NPU_group: 1 ep: 2 pp: 2 all_gpus: 8 pp_comm 64\n1\n"
+    ("HYBRID_TRANSFORMER model_parallel_NPU_group: 2 ep: 2 pp: 2 all_gpus: 8 pp_comm 64\n1\n"
      "l -1 1 ALLTOALL_EP 10 1 NONE 0 1 NONE 0 1\n", "line 1, ep"),
 ])
 def test_malformed_simai_names_file_and_position(tmp_path, text, where):
@@ -203,6 +203,34 @@ def test_simai_weight_gradients_are_non_blocking_and_only_the_next_forward_waits
         x.id for x in it0 if x.group.startswith(f"layer{k} wg"))][0] for k in (0, 1)}
     assert upd[1] in nx.ancestors(g, fwd[1].id) and upd[0] in nx.ancestors(g, fwd[0].id)
     assert all(w in nx.ancestors(g, upd[1]) for w in wg1 if msgs[w].dst == "h0")
+
+
+def test_simai_data_backward_runs_in_workload_cc_order(tmp_path):
+    # Workload::iterate_data_parallel: from the last layer down, weight-gradient compute, its
+    # AllReduce issued, then the input-gradient compute, and none for layer 0 (the pass ends at its
+    # weight gradient). Every compute time distinct, to read the order off rank h0's steps.
+    p = simai_file(tmp_path, "DATA all_gpus: 4", "l0 -1 10 NONE 0 20 NONE 0 30 ALLREDUCE 4000 0",
+                   "l1 -1 11 NONE 0 21 NONE 0 31 ALLREDUCE 4000 0")
+    msgs = simai_messages(p, ranks(4), 1.0, 1.0, "ring", 1)
+    steps = [m for m in msgs if m.tag == "compute" and m.src == "h0"]
+    unit = steps[0].duration_ns // 10
+    assert [m.duration_ns // unit for m in steps] == [10, 11, 31, 21, 30]
+    # layer 1's AllReduce is issued before its input gradient computes, and does not hold it up
+    wg1 = min(m.id for m in msgs if m.group.startswith("layer1 wg"))
+    ig1 = steps[3]
+    assert steps[2].id < wg1 < ig1.id and wg1 not in ig1.deps
+
+
+def test_simai_builds_no_ep_group_without_tensor_parallelism(tmp_path):
+    # MockNcclGroup makes EP and DP_EP groups from its TP groups, which it builds only for tp > 1
+    w = SimaiWorkload("HYBRID_TRANSFORMER", {"all_gpus": 8, "model_parallel_NPU_group": 1, "ep": 2}, ())
+    g = simai_groups(w, ranks(8), "w.txt")
+    assert g["ep"] == [] and g["dp_ep"] == [] and g["dp"] == [list(range(8))]
+    p = simai_file(tmp_path, "HYBRID_TRANSFORMER model_parallel_NPU_group: 1 ep: 2 pp: 1 vpp: 1 ga: 1 all_gpus: 8",
+                   "moe -1 10 ALLTOALL_EP 800 10 NONE 0 10 NONE 0 1")
+    with pytest.raises(TraceError) as e:
+        simai_messages(p, ranks(8), 1.0, 1.0, "ring", 1)
+    assert "line 3, fwd_comm_type" in str(e.value) and "no EP group" in str(e.value)
 
 
 def test_simai_pipeline_stages_exchange_vpp_transfers_per_micro_batch(tmp_path):

@@ -70,6 +70,42 @@ def test_one_nak_per_gap_then_go_back():
     assert rx.received(1, False) == (False, AETH_ACK, 1)        # duplicate: re-ACK
 
 
+def test_a_gap_is_nak_ed_again_after_the_interval_as_hpcc_does():
+    # HPCC's receiver (rdma-hw.cc, m_nack_interval): a frame past the gap that arrives an interval
+    # after the last NAK NAKs it again, so a lost NAK (or a lost resend) costs the interval, not
+    # the sender's RTO; before the interval, no NAK storm
+    rx = Receiver(ack_every=100, nak_interval_ns=500)
+    assert rx.received(0, False, 0) == (True, None, 0)
+    assert rx.received(2, False, 10) == (False, AETH_NAK_SEQ, 1)     # 1 lost; this NAK is lost too
+    assert rx.received(3, False, 400) == (False, None, 0)            # within the interval
+    assert rx.received(4, False, 510) == (False, AETH_NAK_SEQ, 1)    # an interval on: NAKed again
+    assert rx.received(5, False, 600) == (False, None, 0)
+    # the sender takes the second NAK, resends from 1, and the gap closes
+    tx = Sender()
+    for _ in range(6):
+        tx.sent_new(0)
+    tx.nacked(1, 520)
+    assert tx.to_resend == [1, 2, 3, 4, 5]
+    assert rx.received(1, False, 700) == (True, None, 0)
+    # its resend lost as well: the frames after it past the interval NAK again, and the sender,
+    # done going back over 1, goes back once more
+    tx2, rx2 = Sender(), Receiver(ack_every=100, nak_interval_ns=500)
+    for _ in range(4):
+        tx2.sent_new(0)
+    assert rx2.received(0, False, 0)[0]
+    assert rx2.received(2, False, 10)[1] == AETH_NAK_SEQ
+    tx2.nacked(1, 20)
+    while tx2.next_resend() is not None:                             # 1, 2, 3 resent; 1 lost again
+        pass
+    assert rx2.received(2, False, 600) == (False, AETH_NAK_SEQ, 1)
+    tx2.nacked(1, 610)
+    assert tx2.to_resend == [1, 2, 3] and tx2.retransmitted == 6
+    # with no interval: one NAK per gap, however long it lasts
+    once = Receiver(ack_every=100)
+    assert once.received(1, False, 0)[1] == AETH_NAK_SEQ
+    assert once.received(2, False, 10**9) == (False, None, 0)
+
+
 def test_timeout_goes_back_to_the_oldest_unacked():
     tx = Sender()
     for _ in range(3):

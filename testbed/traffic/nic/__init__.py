@@ -34,7 +34,8 @@ class GbnSender(C.Structure):
 
 class GbnReceiver(C.Structure):
     _fields_ = [("expected", i64), ("since_ack", i32), ("nak_outstanding", i32), ("ack_every", i32), ("_pad", i32),
-                ("out_of_order", C.c_uint64), ("duplicates", C.c_uint64)]
+                ("out_of_order", C.c_uint64), ("duplicates", C.c_uint64), ("last_nak_ns", i64),
+                ("nak_interval_ns", i64)]
 
 
 class DcqcnParams(C.Structure):
@@ -71,7 +72,7 @@ class Plan(C.Structure):
     _fields_ = [("n_hosts", i32), ("n_flows", i32), ("n_msgs", i32), ("payload_bytes", i32),
                 ("reliable", i32), ("cc", i32), ("verify_icrc", i32), ("ack_every", i32),
                 ("rto_ns", i64), ("time_limit_ns", i64), ("stall_ns", i64), ("lead_ns", i64), ("batch_ns", i64),
-                ("cc_tick_ns", i64),
+                ("cc_tick_ns", i64), ("nak_interval_ns", i64),
                 ("tx_path", C.c_char_p), ("rx_path", C.c_char_p), ("qp_path", C.c_char_p), ("gap_path", C.c_char_p),
                 ("heartbeat_path", C.c_char_p),
                 ("host_rx_fd", P(i32)), ("host_data_fd", P(i32)), ("host_door_fd", P(i32)),
@@ -134,8 +135,8 @@ def lib() -> C.CDLL:
         L.gbn_nacked.argtypes = [P(GbnSender), i64, i64]
         L.gbn_timed_out.argtypes = [P(GbnSender), i64, i64]
         L.gbn_resending.argtypes = [P(GbnSender)]
-        L.gbn_receiver_init.argtypes = [P(GbnReceiver), i32, i64]
-        L.gbn_received.argtypes = [P(GbnReceiver), i64, C.c_int, P(i32), P(i64)]
+        L.gbn_receiver_init.argtypes = [P(GbnReceiver), i32, i64, i64]
+        L.gbn_received.argtypes = [P(GbnReceiver), i64, C.c_int, i64, P(i32), P(i64)]
         L.dcqcn_init.argtypes = [P(DcqcnState), P(DcqcnParams)]
         L.dcqcn_cnp.argtypes = [P(DcqcnState), i64]
         L.dcqcn_advance.argtypes = [P(DcqcnState), i64]
@@ -197,17 +198,17 @@ class Sender:
 class Receiver:
     """One queue pair's go-back-N receiver (nicdp.c's gbn_receiver)."""
 
-    def __init__(self, ack_every: int, start_psn: int = 0):
+    def __init__(self, ack_every: int, start_psn: int = 0, nak_interval_ns: int = 0):
         self.r = GbnReceiver()
-        lib().gbn_receiver_init(C.byref(self.r), ack_every, start_psn)
+        lib().gbn_receiver_init(C.byref(self.r), ack_every, start_psn, nak_interval_ns)
 
     def __getattr__(self, name):
         return getattr(self.r, name)
 
-    def received(self, psn24: int, last_of_message: bool) -> tuple[bool, int | None, int]:
+    def received(self, psn24: int, last_of_message: bool, now_ns: int = 0) -> tuple[bool, int | None, int]:
         """(accepted, reply syndrome or None, PSN for the reply)."""
         syn, rpsn = i32(), i64()
-        ok = lib().gbn_received(C.byref(self.r), psn24, int(last_of_message), C.byref(syn), C.byref(rpsn))
+        ok = lib().gbn_received(C.byref(self.r), psn24, int(last_of_message), now_ns, C.byref(syn), C.byref(rpsn))
         return bool(ok), (syn.value or None), rpsn.value
 
 

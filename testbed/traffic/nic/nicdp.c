@@ -94,6 +94,10 @@ typedef struct {
     int64_t expected;
     int32_t since_ack, nak_outstanding, ack_every, _pad;
     uint64_t out_of_order, duplicates;
+    /* HPCC's receiver NAKs a gap again when a frame past it arrives nak_interval_ns after its last
+     * NAK (rdma-hw.cc m_nack_interval): a lost NAK or a lost resend then costs an interval, not
+     * the sender's RTO. 0: once per gap. */
+    int64_t last_nak_ns, nak_interval_ns;
 } gbn_receiver;
 
 int64_t psn_unwrap(int64_t psn24, int64_t reference) {
@@ -154,14 +158,16 @@ int gbn_timed_out(gbn_sender *s, int64_t now, int64_t rto_ns) {
     return 0;
 }
 
-void gbn_receiver_init(gbn_receiver *r, int32_t ack_every, int64_t start_psn) {
+void gbn_receiver_init(gbn_receiver *r, int32_t ack_every, int64_t start_psn, int64_t nak_interval_ns) {
     memset(r, 0, sizeof *r);
     r->ack_every = ack_every;
     r->expected = start_psn;
+    r->nak_interval_ns = nak_interval_ns;
 }
 
 /* Returns 1 if accepted; *reply is the AETH syndrome to send (0: none), *reply_psn its PSN. */
-int gbn_received(gbn_receiver *r, int64_t psn24, int last_of_message, int32_t *reply, int64_t *reply_psn) {
+int gbn_received(gbn_receiver *r, int64_t psn24, int last_of_message, int64_t now, int32_t *reply,
+                 int64_t *reply_psn) {
     int64_t psn = psn_unwrap(psn24, r->expected);
     *reply = 0;
     *reply_psn = 0;
@@ -178,8 +184,9 @@ int gbn_received(gbn_receiver *r, int64_t psn24, int last_of_message, int32_t *r
     }
     if (psn > r->expected) {
         r->out_of_order++;
-        if (!r->nak_outstanding) {
+        if (!r->nak_outstanding || (r->nak_interval_ns > 0 && now - r->last_nak_ns >= r->nak_interval_ns)) {
             r->nak_outstanding = 1;
+            r->last_nak_ns = now;
             *reply = AETH_NAK_SEQ;
             *reply_psn = r->expected % PSN_MOD;
         }
@@ -446,7 +453,7 @@ static int icrc_ok(const unsigned char *f, int n) {
 typedef struct {
     int32_t n_hosts, n_flows, n_msgs, payload_bytes;
     int32_t reliable, cc, verify_icrc, ack_every;
-    int64_t rto_ns, time_limit_ns, stall_ns, lead_ns, batch_ns, cc_tick_ns;
+    int64_t rto_ns, time_limit_ns, stall_ns, lead_ns, batch_ns, cc_tick_ns, nak_interval_ns;
     const char *tx_path, *rx_path, *qp_path, *gap_path, *heartbeat_path;
     /* hosts */
     const int32_t *host_rx_fd;      /* [n_hosts]: receives, and sends ACKs and CNPs */
@@ -1169,7 +1176,7 @@ static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64
     if (P->reliable) {
         int32_t syn;
         int64_t rpsn;
-        accepted = gbn_received(&f->rx, get32(b + PSN_OFF) & 0xFFFFFF, last, &syn, &rpsn);
+        accepted = gbn_received(&f->rx, get32(b + PSN_OFF) & 0xFFFFFF, last, rx, &syn, &rpsn);
         if (syn) {
             unsigned char a[ACK_LEN];
             memcpy(a, P->flow_ack + (size_t)flow * ACK_LEN, ACK_LEN);
@@ -1588,7 +1595,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
     for (int i = 0; i < nf; i++) {
         flow_t *f = &E->flows[i];
         gbn_sender_init(&f->tx, 0);
-        gbn_receiver_init(&f->rx, P->ack_every, 0);
+        gbn_receiver_init(&f->rx, P->ack_every, 0, P->nak_interval_ns);
         if (P->cc) dcqcn_init(&f->dc, &P->flow_dcqcn[i]);
         f->cap = P->flow_n_msgs[i];
         f->fifo = calloc(f->cap ? f->cap : 1, sizeof(int32_t));

@@ -176,11 +176,16 @@ def simai_groups(w: SimaiWorkload, ranks: list[str], path) -> dict[str, list[lis
     tp_groups = n // tp
     dp_stride = n // dp
     dp_ep = dp // ep
+    # MockNcclGroup builds its EP and DP_EP groups out of its TP groups, and builds TP groups only
+    # when tp > 1: with tp = 1 there are none of either (a collective over them cannot run)
+    built = tp > 1
     return {
         "tp": [list(range(i * tp, (i + 1) * tp)) for i in range(tp_groups)],
         "dp": [[i + j * dp_stride for j in range(dp)] for i in range(dp_stride)],
-        "ep": [[(i * ep + l) * tp + k for l in range(ep)] for i in range(tp_groups // ep) for k in range(tp)],
-        "dp_ep": [[(i + m * ep) * tp + k for m in range(dp_ep)] for i in range(tp_groups // dp_ep) for k in range(tp)],
+        "ep": [[(i * ep + l) * tp + k for l in range(ep)] for i in range(tp_groups // ep) for k in range(tp)]
+        if built else [],
+        "dp_ep": [[(i + m * ep) * tp + k for m in range(dp_ep)] for i in range(tp_groups // dp_ep) for k in range(tp)]
+        if built else [],
         "all": [list(range(n))],
     }
 
@@ -268,6 +273,9 @@ class _Replay:
         gk = _kind_of(self.w.parallelism, phase, comm)
         field = f"line {layer.line}, {phase}_comm_type"
         finished = list(self.last)
+        if gk in ("ep", "dp_ep") and not self.groups[gk]:
+            raise TraceError(self.path, field, f"a {comm} collective, but SimAI builds no {gk.upper()} group when "
+                             f"model_parallel_NPU_group is 1 (MockNcclGroup makes them from its TP groups)")
         for gi, g in enumerate(_partition(self.groups[gk], gk, self.n, self.path) if gk in ("ep", "dp_ep")
                                else self.groups[gk]):
             if len(g) < 2 or g[0] not in self.active:
@@ -341,6 +349,9 @@ class _Replay:
 
     def backward(self, it: int, grads: dict) -> None:
         policy = self.w.parallelism
+        if policy == "DATA":
+            self.backward_data(it)
+            return
         for i in reversed(range(len(self.w.layers))):
             layer = self.w.layers[i]
             if self.pp > 1 and i in self.last_of:
@@ -363,3 +374,16 @@ class _Replay:
                     self.last[r] = self.last[r] + ig_done[r]
             if self.pp > 1 and i in self.first_of:
                 self.pipeline(it, self.first_of[i], False, grads)
+
+    def backward_data(self, it: int) -> None:
+        """DATA, as Workload::iterate_data_parallel runs it: from the last layer down, each layer's
+        weight-gradient compute, its communication issued (non-blocking), then its input-gradient
+        compute, but for layer 0, which has none (the pass ends at its weight gradient)."""
+        for i in reversed(range(len(self.w.layers))):
+            layer = self.w.layers[i]
+            self.compute(layer.wg_ns, it)
+            done = self.communicate("wg", layer, it, i)   # non-blocking
+            for r in self.active:
+                self.wg_ready[i][r] = done[r] if done else ()
+            if i > 0:
+                self.compute(layer.ig_ns, it)
