@@ -59,6 +59,13 @@ def delete_flows(dp, cookie: int | None = None) -> None:
                                   **kwargs))
 
 
+def delete_flow_strict(dp, priority: int, match, table_id: int = 0) -> None:
+    """Delete the one flow of exactly this match and priority."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    dp.send_msg(parser.OFPFlowMod(datapath=dp, command=ofp.OFPFC_DELETE_STRICT, table_id=table_id, priority=priority,
+                                  out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=match))
+
+
 def delete_groups(dp) -> None:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))

@@ -6,8 +6,10 @@ virtual channels; ECMP select groups hashing the 5-tuple, or single shortest pat
 rules from controllers.rules, for IPv4 and ARP, with no flooding and no packet-in. A barrier
 per switch confirms its routes are in; when every switch has confirmed, the app logs
 ``routes_ready``. When a port goes down (OFPPortStatus) the app recomputes the routes without
-that link, reinstalls only the destinations whose next hops changed, and logs ``reroute_done``
-once every affected switch has confirmed with a barrier.
+that link, reinstalls only the destinations whose next hops changed (make before break: the new
+rules replace the old in place, and only then are the old rules the new routes lack deleted, so
+no frame meets a switch with no rule), and logs ``reroute_done`` once every affected switch has
+confirmed with a barrier. With controller.reroute = false it leaves the routes as they are.
 
 Under PFC's ingress rule table 0 tags every IPv4 frame with its ingress port
 (controllers.rules.ingress_tags), and with isolated tenants it pushes each tenant host's VLAN
@@ -28,10 +30,10 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
-from controllers.flows import (add_select_group, barrier, delete_flows, delete_groups, install_ingress_tags,
-                               install_rule)
+from controllers.flows import (add_select_group, barrier, delete_flow_strict, delete_flows, delete_groups,
+                               install_ingress_tags, install_rule)
 from controllers.route_events import EventRoutesChanged
-from controllers.rules import ROUTE_TABLE, host_cookie, ingress_tags, rules_for, tenant_tags
+from controllers.rules import ROUTE_TABLE, ingress_tags, rules_for, tenant_tags
 from testbed.fabric.qos import switch_port_slots
 from testbed.fabric.routing import compute_routes
 from testbed.fabric.tenants import host_vids
@@ -107,6 +109,20 @@ class ProactiveRouting(app_manager.OSKenApp):
             install_rule(dp, rule, self._group_for(dp, rule.ports), table_id=self.route_table)
         return len(rules)
 
+    def _reinstall_host(self, dp, switch: str, host: str, old_routes) -> None:
+        """Make before break: the new rules toward host replace the old ones of the same match in
+        place (an add over an identical match and priority swaps its actions atomically), and only
+        then the old ones the new routes no longer have are deleted. Deleting first, as a reroute
+        once did, left a gap in which the switch had no rule and dropped what arrived."""
+        old = rules_for(self.fabric, old_routes, switch, host, self.vc_dscp, self.vids)
+        self._install_host(dp, switch, host)
+        kept = {(r.priority, r.match) for r in rules_for(self.fabric, self.routes, switch, host, self.vc_dscp,
+                                                         self.vids)}
+        parser = dp.ofproto_parser
+        for r in old:
+            if (r.priority, r.match) not in kept:
+                delete_flow_strict(dp, r.priority, parser.OFPMatch(**dict(r.match)), table_id=self.route_table)
+
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     @logged_errors
     def switch_features(self, ev):
@@ -180,8 +196,7 @@ class ProactiveRouting(app_manager.OSKenApp):
             if not hosts:
                 continue
             for host in hosts:
-                delete_flows(dp, cookie=host_cookie(self.fabric, host))
-                self._install_host(dp, sw, host)
+                self._reinstall_host(dp, sw, host, old)
             changed += len(hosts)
             self.pending_reroute[dpid] = barrier(dp)
         self.event_log.write("reroute_started", down_links=sorted(l.name for l in self.down_links),

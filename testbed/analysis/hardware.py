@@ -9,11 +9,17 @@ not dilated: its share of each hardware event shrinks by D. It is estimated per 
 the least one-way latency of its data frames less the path latency the delay line added and the
 frame's time on the wire (`link_ns`: its wait behind its queue pair's frames ahead of it, which
 the NIC shaper's burst keeps a frame or two long for as long as a stream lasts, and its own frame
-time; both are the fabric's), per switch on its path. The least over queue pairs (in an
-incast or behind a pause every frame of a queue pair may have queued: that is the fabric's, not
-the emulator's), / D, is held against the configured per-hop latency (link delay plus switch
-latency): over MAX_EMULATOR_SHARE of it, the emulator, not the fabric, sets the latency and the
-fidelity verdict says the run could not keep up.
+time; both are the fabric's), per switch on its path, over the frames that crossed a fabric with
+no switch queue: no switch port held more than a frame at any telemetry sample from a sample
+before the frame left to a sample after it arrived (`queue_free`). Any other frame may have waited
+in a switch queue or behind a pause, which is the fabric's time, not the emulator's: in a PFC
+incast or a paused ring every frame of every queue pair did, and the least over them measured the
+pauses (11-101 ns a hop in hardware time at every D on incast-fattree-pfc, 254 ns on
+pfc-watchdog-torus), not the emulator. The least over queue pairs, / D, is held against the
+configured per-hop latency (link delay plus switch latency): over MAX_EMULATOR_SHARE of it, the
+emulator, not the fabric, sets the latency and the fidelity verdict says the run could not keep
+up. A run with no such frame cannot tell: `judged` false, and `frames` / `queue_free_frames` say
+why.
 """
 from __future__ import annotations
 
@@ -31,10 +37,28 @@ def _scaled(v, k):
     return None if v is None else v * k
 
 
-def emulator_latency(pkts: pd.DataFrame, plan: dict, fabric_links, factor: float, hw_per_hop_ns: float) -> dict:
-    """The emulator's own per-hop latency (see the module's docstring)."""
+def queue_free(depart_ns: np.ndarray, rx_ns: np.ndarray, t_ns: np.ndarray, queued: np.ndarray) -> np.ndarray:
+    """Per frame, whether no sample from the last before its departure to the first after its
+    arrival saw a switch queue (queued: per sample of the telemetry grid t_ns, any switch port
+    holding more than a frame)."""
+    if not len(t_ns):
+        return np.zeros(len(depart_ns), dtype=bool)
+    before = np.maximum(np.searchsorted(t_ns, depart_ns, side="right") - 1, 0)
+    after = np.minimum(np.searchsorted(t_ns, rx_ns, side="left"), len(t_ns) - 1)
+    seen = np.concatenate([[0], np.cumsum(queued.astype(np.int64))])
+    return (seen[after + 1] - seen[before]) == 0
+
+
+def emulator_latency(pkts: pd.DataFrame, plan: dict, fabric_links, factor: float, hw_per_hop_ns: float,
+                     queues: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """The emulator's own per-hop latency (see the module's docstring). queues: the telemetry
+    grid and, per sample, whether any switch port held more than a frame (None: no telemetry,
+    every frame counted)."""
     flows = {f["id"]: f for f in plan["flows"]}
     got = pkts[pkts["rx_ns"].notna() & pkts["depart_ns"].notna()]
+    frames = len(got)
+    if queues is not None and len(got):
+        got = got[queue_free(got["depart_ns"].to_numpy(np.int64), got["rx_ns"].to_numpy(np.int64), *queues)]
     per_flow = []
     if not got.empty:
         link = got["link_ns"].astype("float64").fillna(0.0)
@@ -45,9 +69,10 @@ def emulator_latency(pkts: pd.DataFrame, plan: dict, fabric_links, factor: float
                 continue
             switches = max(1, fabric_links(f["src"], f["dst"]) - 1)
             per_flow.append((least_ns - f.get("delay_ns", 0)) / switches)
+    counted = {"frames": frames, "queue_free_frames": len(got)}
     if not per_flow:
         return {"per_hop_ns_hardware": None, "per_hop_us_emulated": None, "configured_per_hop_ns": hw_per_hop_ns,
-                "share": None, "max_share": MAX_EMULATOR_SHARE, "judged": False, "ok": True}
+                "share": None, "max_share": MAX_EMULATOR_SHARE, "judged": False, "ok": True, **counted}
     emu_ns = float(min(per_flow))
     hw_ns = emu_ns / factor
     judged = hw_per_hop_ns > 0
@@ -55,8 +80,9 @@ def emulator_latency(pkts: pd.DataFrame, plan: dict, fabric_links, factor: float
     return {"per_hop_ns_hardware": hw_ns, "per_hop_us_emulated": emu_ns / 1e3,
             "configured_per_hop_ns": hw_per_hop_ns, "share": share, "max_share": MAX_EMULATOR_SHARE,
             "judged": judged, "ok": (share <= MAX_EMULATOR_SHARE) if judged else True,
-            "median_over_queue_pairs_ns_hardware": float(np.median(per_flow)) / factor,
-            "method": "least over queue pairs of (least one-way latency - configured path latency) per switch, / D"}
+            "median_over_queue_pairs_ns_hardware": float(np.median(per_flow)) / factor, **counted,
+            "method": "least over queue pairs of (least one-way latency of the frames that met no switch queue - "
+                      "configured path latency) per switch, / D"}
 
 
 def dilation_section(sc: dict, collective: dict, latency: dict, transport: dict, qos: dict | None,

@@ -138,8 +138,14 @@ def windows(t_ns: np.ndarray, judged: np.ndarray, span_ns: float) -> list[tuple[
 
 
 def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: float,
-                pauses: list[tuple[int, int]] = ()) -> dict:
-    """The port's backlogged windows and how many drained at rate_bps within the tolerance."""
+                pauses: list[tuple[int, int]] = (), burst_bytes: int = 0) -> dict:
+    """The port's backlogged windows and how many drained at rate_bps within the tolerance.
+    burst_bytes: the port shaper's bucket. A port that idled sends it ahead of its rate as the
+    next backlog builds, before the first sample that counts the port backlogged, and pays it back
+    inside that backlog's first window: that window may fall short by the bucket too (dateline-
+    torus's first window drained 0.912 of its rate, two-jobs-fattree's core port 0.897 after an
+    idle spell, each the first of its backlog, at two dilations; every other window passed). The
+    long-run drain over all windows is held to the tolerance without it."""
     dt_s = np.diff(s.t_ns) / 1e9
     drained = np.diff(s.drained_bytes)
     # more than the frame on the wire queued at both ends: the queue had work all along
@@ -153,7 +159,8 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
     expected = rate_bps / 8 * (s.t_ns[last] - s.t_ns[first]) / 1e9
     got = s.drained_bytes[last] - s.drained_bytes[first]
     allowed = tolerance * expected + frame_bytes
-    ok = np.abs(got - expected) <= allowed
+    opens = np.isin(first, [a for a, _ in runs(backlogged)])
+    ok = (got >= expected - allowed - burst_bytes * opens) & (got <= expected + allowed)
     n = len(win)
     ratio = got / expected if n else np.array([])
     # over all its windows together: the long-run drain rate against the configured
@@ -173,7 +180,7 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
     return {"port": s.port, "rate_mbps": rate_bps / 1e6, "window_ms": span / 1e6,
             "backlogged_intervals": int(backlogged.sum()), "windows": n,
             "within_tolerance": int(ok.sum()), "share": float(ok.mean()) if n else None,
-            "slow_windows": int((got < expected - allowed).sum()),
+            "slow_windows": int((got < expected - allowed - burst_bytes * opens).sum()),
             "fast_windows": int((got > expected + allowed).sum()),
             "drain_ratio": drain_ratio,
             "drain_ratio_ok": drain_ratio is not None and abs(drain_ratio - 1) <= tolerance,
@@ -188,11 +195,11 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
 
 def link_fidelity(series: list[PortSeries], rates_bps: dict[str, float], frame_bytes: int,
                   tolerance: float, min_share: float, pauses: dict[str, list[tuple[int, int]]] | None = None,
-                  min_windows: int = MIN_WINDOWS) -> dict:
+                  min_windows: int = MIN_WINDOWS, burst_bytes: int = 0) -> dict:
     """The verdict over every busy link: valid when each drained at its rate in at least min_share
     of its backlogged windows, and at its rate over all of them."""
     pauses = pauses or {}
-    checks = [drain_check(s, rates_bps[s.port], frame_bytes, tolerance, pauses.get(s.port, ()))
+    checks = [drain_check(s, rates_bps[s.port], frame_bytes, tolerance, pauses.get(s.port, ()), burst_bytes)
               for s in series if s.port in rates_bps]
     busy = [c for c in checks if c["windows"] >= min_windows]
     failing = sorted((c for c in busy if c["share"] < min_share or not c["drain_ratio_ok"]),

@@ -36,6 +36,7 @@ from testbed.analysis.parallelism import iteration_split, layer_collectives
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, write_table
 from testbed.analysis.training import training_section
+from testbed.fabric.qos import SWITCH_BURST_FRAMES
 from testbed.traffic.ddp import bucket_sizes
 from testbed.analysis.transport import time_dilation, transport_summary
 from testbed.paths import PROJECT_ROOT
@@ -202,11 +203,13 @@ def analyze(run_dir: Path | str) -> dict:
                              tolerance=sc["run"]["fidelity_tolerance"], min_share=sc["run"]["fidelity_min_share"])
     tr, flows = transport_summary(rf, t.packets, t.messages, inp.plan, engine, t.telemetry, _class_names(t),
                                   fidelity.cores_used(inp), inp.duration_s)
-    links, link_fid = link_views(rf, inp, t)
+    series = link_analysis.port_series(t.telemetry) if t.telemetry is not None else []
+    links, link_fid = link_views(rf, inp, t, series)
     fab = Fabric.from_json(json.dumps(inp.fabric))
     dil = sc.get("dilation") or {}
     emulator = emulator_latency(t.packets, inp.plan, path_links(fab), float(dil.get("factor", 1.0)),
-                                dil.get("link_delay_ns", 0.0) + dil.get("switch_latency_ns", 0.0))
+                                dil.get("link_delay_ns", 0.0) + dil.get("switch_latency_ns", 0.0),
+                                switch_queues(series, fab, frame))
     fid = fidelity.judge(inp, acc, packets, host_fid, link_fid, qos, tr, emulator)
     classes = class_of_dscp(sc.get("classes", []))
     write_table(latency_table(t.packets, flows, classes), rf, "latency")
@@ -414,21 +417,32 @@ def background_flows(msgs: pd.DataFrame, tags: pd.Series, bw_bps: float) -> list
     return out
 
 
-def link_views(rf: RunFolder, inp: RunInputs, t: Tables) -> tuple[dict, dict]:
+def switch_queues(series: list, fab: Fabric, frame_bytes: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The telemetry grid and, per sample, whether any switch port held more than a frame (what
+    testbed.analysis.hardware.emulator_latency leaves out); None without telemetry."""
+    switches = {s.name for s in fab.switches}
+    series = [s for s in series if s.port.rsplit("-eth", 1)[0] in switches]
+    if not series:
+        return None
+    return series[0].t_ns, np.any([s.depth_bytes > frame_bytes for s in series], axis=0)
+
+
+def link_views(rf: RunFolder, inp: RunInputs, t: Tables, series: list) -> tuple[dict, dict]:
     """Per-link tables (links, link_utilisation) and the drain-rate fidelity verdict, from the
-    queue telemetry over the traffic phase."""
+    queue telemetry over the traffic phase (series: link_analysis.port_series of it)."""
     sc, engine = inp.scenario, inp.engine
     run = sc["run"]
-    series = link_analysis.port_series(t.telemetry) if t.telemetry is not None else []
     rates, peers = link_analysis.port_rates(inp.fabric, sc["fabric"]["bw_mbps"])
     start, end = engine["start_ns"], engine["end_ns"]
     # neither a paused port nor one whose link a fault took down is judged meanwhile
     held = link_analysis.pause_windows(t.pfc_events, end)
     for port, spans in link_analysis.down_windows(read_jsonl(rf.faults), inp.fabric, end).items():
         held.setdefault(port, []).extend(spans)
-    fid = link_analysis.link_fidelity(
-        series, rates, tables.frame_bytes(t.packets, sc), run["fidelity_tolerance"], run["fidelity_min_share"],
-        held)
+    frame = tables.frame_bytes(t.packets, sc)
+    # the switch ports' HTB bucket (testbed.fabric.qos.switch_burst_bytes)
+    burst = sc["fabric"].get("htb_burst_bytes") or SWITCH_BURST_FRAMES * frame
+    fid = link_analysis.link_fidelity(series, rates, frame, run["fidelity_tolerance"], run["fidelity_min_share"],
+                                      held, burst_bytes=burst)
     links = link_analysis.link_table(series, rates, peers, start, end)
     write_table(links, rf, "links")
     bin_ms = tables.heatmap_bin_ms((end - start) / 1e9)

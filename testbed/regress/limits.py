@@ -93,6 +93,8 @@ def physical_range(path: str, sc: Scenario) -> Range | None:
         return Range(0, INF, "retransmission timeouts")
     if path == "qos.pfc.pauses":
         return Range(0, INF, "pauses")
+    if path == "qos.pfc.pauses_per_mb":
+        return Range(0, INF, "pauses per MB delivered")
     if path == "qos.pfc.deadlocked":
         return Range(False, True, "a flag")
     if path == "transport.messages_with_wrong_bytes":

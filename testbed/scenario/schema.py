@@ -443,9 +443,12 @@ class Scenario:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Scenario":
-        """The inverse of to_dict (for processes that get the resolved scenario as JSON)."""
+        """The inverse of to_dict (for processes that get the resolved scenario as JSON, and for the
+        analysis of a stored run: a field a later testbed removed, as workload.ddp_buckets, is
+        left out, so that the run can still be analysed)."""
         def build(kind, values):
-            return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+            known = {f.name for f in dataclasses.fields(kind)}
+            return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in known})
         return cls(name=d["name"], path=d["path"], description=d["description"],
                    **{s: build(c, d[s]) for s, c in SECTIONS.items()},
                    classes=tuple(build(ClassSpec, c) for c in d["classes"]),

@@ -74,6 +74,10 @@ def deep_incast(tmp_path, buffer="4MiB", folder="scenarios"):
     bound ratio 0.996 in each; at 100 Mb/s and at 20 Mb/s the host-side rule failed it in every run,
     and dateline-torus, which PFC pauses, has no link backlogged long enough to be judged)."""
     text = (ROOT / "scenarios" / "lossy-fabric.toml").read_text()
+    # without lossy-fabric's expectations, which are of a port that drops (this one must not)
+    head, sep, _ = text.partition("\n[[expect]]")
+    assert sep, "lossy-fabric.toml has expectations to leave out"
+    text = head.rsplit("\n# Go-back-N's outcome", 1)[0] + "\n"
     for a, b in (('buffer_bytes = "64KiB"', f'buffer_bytes = "{buffer}"'), ("\nrto_ms = 0.025", "\nrto_ms = 0.8"),
                  ('\ndilation = "auto"', "\ndilation = 2500"), ('bytes_per_rank = "1MiB"', 'bytes_per_rank = "512KiB"')):
         assert a in text, a

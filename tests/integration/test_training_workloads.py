@@ -39,15 +39,16 @@ def completed_within_its_bound(run_dir, s):
     return s
 
 
-@pytest.mark.parametrize("name,sets,stages,replicas,lossless", [
-    ("hybrid-torus", ("workload.microbatches=4",), 4, 4, True),
+@pytest.mark.parametrize("name,stages,replicas,lossless", [
+    ("hybrid-torus", 4, 4, True),
     # PFC on derived thresholds: counted per ingress port from a frame's arrival, what waits in
     # Open vSwitch's input sockets is inside XOFF, so nothing drops (0 frames in 12 of 12 runs;
     # the egress rule dropped 261-2020 a run, bench/README.md)
-    ("pipeline-fattree", ("workload.microbatches=8",), 8, 2, True),
+    ("pipeline-fattree", 8, 2, True),
 ])
-def test_pipeline_training_steps(tmp_path, name, sets, stages, replicas, lossless):
-    run_dir, s = run_one(tmp_path, name, *sets)
+def test_pipeline_training_steps(suite_runs, name, stages, replicas, lossless):
+    # the scenarios as shipped: the session's suite runs
+    run_dir, s = suite_run(suite_runs, name)
     c = s["collective"]
     assert s["packets"]["unaccounted"] == 0 and (s["packets"]["lost"] == 0 or not lossless)
     assert c["model"]["pp"] == stages and c["model"]["dp"] == replicas and c["scale"] == {"bytes": 0.0625, "time": 1.0}
@@ -144,14 +145,14 @@ def test_parameter_server_training_pushes_aggregates_and_pulls_every_shard(suite
     assert 0 < tr["sync_share"] < 1
 
 
-def test_ddp_hides_the_allreduce_behind_the_backward_and_without_overlap_does_not(tmp_path):
+def test_ddp_hides_the_allreduce_behind_the_backward_and_without_overlap_does_not(tmp_path, suite_runs):
     # 8 ranks, 4 MiB of gradients in 4 buckets, 100 ms forward and 400 ms backward: with overlap
     # only the AllReduce that outlasts the backward after the first bucket is exposed; without it the
     # whole AllReduce is (each at least its physical bound: a rank's 2(N-1)/N x S at the link rate,
     # less what the backward after the first bucket can hide)
-    _, on = run_one(tmp_path / "on", "ddp-torus")
+    on_dir, on = suite_run(suite_runs, "ddp-torus")
     _, off = run_one(tmp_path / "off", "ddp-torus", "workload.ddp_overlap=false")
-    w = json.loads((run_dirs(tmp_path / "on")[-1] / "manifest.json").read_text())["scenario"]["workload"]
+    w = json.loads((on_dir / "manifest.json").read_text())["scenario"]["workload"]
     n, S = on["collective"]["ranks"], w["bytes_per_rank"]
     # each run has its own D (auto weighs the CPU spare at its start): compare in hardware time
     d_on, d_off = on["dilation"]["factor"], off["dilation"]["factor"]

@@ -258,3 +258,25 @@ def test_the_emulator_latency_leaves_out_each_frames_time_on_the_receiving_link(
     assert e["per_hop_us_emulated"] == pytest.approx(100.0)
     assert e["per_hop_ns_hardware"] == pytest.approx(1000.0) and e["share"] == pytest.approx(1.0) and not e["ok"]
     assert run([900_000, 800_000, 700_000, 600_000])["per_hop_us_emulated"] == pytest.approx(300.0)
+
+
+def test_the_emulator_latency_counts_only_frames_that_met_no_switch_queue():
+    import numpy as np
+    import pandas as pd
+    from testbed.analysis.hardware import emulator_latency, queue_free
+    # a sample every 1 ms; a switch queue from 10 ms to 20 ms
+    t = np.arange(0, 40_000_000, 1_000_000)
+    queued = (t >= 10_000_000) & (t < 20_000_000)
+    dep = np.array([0, 9_500_000, 12_000_000, 25_000_000])
+    rx = dep + 3_000_000
+    # the 2nd frame's flight reaches into the queue, the 3rd lies in it; the 1st and 4th met none
+    assert queue_free(dep, rx, t, queued).tolist() == [True, False, False, True]
+    plan = {"flows": [{"id": 0, "src": "a", "dst": "b", "delay_ns": 0}]}
+    # the frames that waited in the queue took 1 ms; the queue-free ones 3 ms: the emulator's
+    pkts = pd.DataFrame({"flow": 0, "depart_ns": dep, "rx_ns": [3_000_000, 10_500_000, 13_000_000, 28_000_000],
+                         "link_ns": 0, "bytes": 1000})
+    e = emulator_latency(pkts, plan, lambda s, d: 2, factor=1000.0, hw_per_hop_ns=1000.0, queues=(t, queued))
+    assert e["per_hop_us_emulated"] == pytest.approx(3000.0) and e["queue_free_frames"] == 2 and e["frames"] == 4
+    # a run whose every frame met a queue cannot tell: not judged, and it says how many frames it had
+    e = emulator_latency(pkts, plan, lambda s, d: 2, factor=1000.0, hw_per_hop_ns=1000.0, queues=(t, np.ones(len(t), bool)))
+    assert not e["judged"] and e["ok"] and e["queue_free_frames"] == 0 and e["frames"] == 4

@@ -306,3 +306,21 @@ def test_a_run_judged_on_short_ports_alone_is_not_busy():
     # fidelity verdict reads as nothing judged
     f = verdict(short_backlogs(RATE), RATE)
     assert f["busy_links"] == 0 and f["worst_share"] is None
+
+
+def test_the_window_that_opens_a_backlog_may_fall_short_by_the_shapers_burst_and_no_other():
+    # 100 Mb/s, 12 500 bytes a 1 ms interval, a 7 ms window: the port idled, sent its 2-frame
+    # bucket ahead of rate before the sampled backlog began, and pays it back in the first window
+    burst = 2 * FRAME
+    rates = [12_500] * 300
+    rates[0:7] = [12_500 - burst // 7] * 7
+    opening = series(rates)
+    assert not verdict(opening, RATE)["valid"]                          # without the bucket: one window short
+    f = la.link_fidelity([opening], {opening.port: RATE}, FRAME, TOL, SHARE, burst_bytes=burst)
+    assert f["valid"] and f["links"][0]["slow_windows"] == 0
+    # the same shortfall in the middle of the backlog is a stall, bucket or not
+    rates = [12_500] * 300
+    rates[140:147] = [12_500 - burst // 7] * 7
+    middle = series(rates)
+    f = la.link_fidelity([middle], {middle.port: RATE}, FRAME, TOL, SHARE, burst_bytes=burst)
+    assert not f["valid"] and f["links"][0]["slow_windows"] == 1

@@ -56,3 +56,12 @@ def test_the_issue_s_seven_sabotages_are_there():
     assert [s.name for s in by_name(["pfc-off", "ecn-off"])] == ["pfc-off", "ecn-off"]
     with pytest.raises(InputError):
         by_name(["no-such"])
+
+
+def test_an_unknown_sabotage_is_bad_input_and_starts_nothing():
+    import subprocess
+    import sys
+    from testbed.paths import PROJECT_ROOT
+    out = subprocess.run([sys.executable, "-m", "testbed", "regress", "--sabotage", "ecn-off,no-such"],
+                         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no-such" in out.stdout and "no such sabotage" in out.stdout, out.stdout
