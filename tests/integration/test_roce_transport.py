@@ -61,10 +61,16 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
     assert (rates["rate_bps"] <= link_mbps * 1e6 + 1).all() and (rates["rate_bps"] > 0).all()
     assert set(ev.loc[ev["event"] == "cnp_received", "flow"]) == set(range(senders))
 
-    _, off = run_one(tmp_path / "none", "dcqcn-incast", f"workload.senders={senders}",
-                     f"workload.bytes_per_rank={per_sender_off}", "transport.cc=none")
+    # without congestion control the scenario's expectations, which are DCQCN's outcome, fail: the
+    # run regresses (exit 1), as make sabotage's dcqcn-off must
+    out = run_testbed(tmp_path / "none", "run", "dcqcn-incast", "--set", f"workload.senders={senders}",
+                      "--set", f"workload.bytes_per_rank={per_sender_off}", "--set", "transport.cc=none")
+    assert out.returncode == 1, out.stdout[-6000:] + out.stderr[-3000:]
+    off = summary_of(run_dirs(tmp_path / "none")[-1])
+    broken = {e["metric"] for e in off["expectations"] if e["ok"] is False}
+    assert {"transport.cnps_sent", "transport.rate_cuts"} <= broken, off["expectations"]
     bq_off = off["transport"]["steady_state"]["bottleneck_queue"]
-    assert off["status"] in NOTHING_FAILED and off["transport"]["cnps_sent"] == 0
+    assert off["status"] in ("regressed", "failed") and off["transport"]["cnps_sent"] == 0
     # without it the queue runs up to the buffer's limit (its peak over the run: the steady window
     # of an incast without CC can close while the queue drains, as in a CI run of the 8:1 case whose
     # window peaked at 14.2 MB of the 16.8 MB the run reached, dropping 6702 frames) and sits far
