@@ -103,11 +103,12 @@ class ProactiveRouting(app_manager.OSKenApp):
                                      reason="switch negotiated OpenFlow 1.3: OVS hashes IPs only")
         return groups[ports]
 
-    def _install_host(self, dp, switch: str, host: str) -> int:
+    def _install_host(self, dp, switch: str, host: str) -> list:
+        """The rules toward host on switch, installed (an add over an identical match replaces it)."""
         rules = rules_for(self.fabric, self.routes, switch, host, self.vc_dscp, self.vids)
         for rule in rules:
             install_rule(dp, rule, self._group_for(dp, rule.ports), table_id=self.route_table)
-        return len(rules)
+        return rules
 
     def _reinstall_host(self, dp, switch: str, host: str, old_routes) -> None:
         """Make before break: the new rules toward host replace the old ones of the same match in
@@ -115,9 +116,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         then the old ones the new routes no longer have are deleted. Deleting first, as a reroute
         once did, left a gap in which the switch had no rule and dropped what arrived."""
         old = rules_for(self.fabric, old_routes, switch, host, self.vc_dscp, self.vids)
-        self._install_host(dp, switch, host)
-        kept = {(r.priority, r.match) for r in rules_for(self.fabric, self.routes, switch, host, self.vc_dscp,
-                                                         self.vids)}
+        kept = {(r.priority, r.match) for r in self._install_host(dp, switch, host)}
         parser = dp.ofproto_parser
         for r in old:
             if (r.priority, r.match) not in kept:
@@ -139,7 +138,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         if self.route_table == ROUTE_TABLE:
             install_ingress_tags(dp, ingress_tags(self.fabric, sw.name, self.slots) if self.ingress_tags else [],
                                  then_table=ROUTE_TABLE, tenants=tenant_tags(self.fabric, sw.name, self.vids))
-        n = sum(self._install_host(dp, sw.name, h.name) for h in self.fabric.hosts)
+        n = sum(len(self._install_host(dp, sw.name, h.name)) for h in self.fabric.hosts)
         self.barrier_xid[dp.id] = barrier(dp)
         self.event_log.write("switch_rules_sent", switch=sw.name, rules=n)
 

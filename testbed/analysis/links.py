@@ -159,7 +159,8 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
     expected = rate_bps / 8 * (s.t_ns[last] - s.t_ns[first]) / 1e9
     got = s.drained_bytes[last] - s.drained_bytes[first]
     allowed = tolerance * expected + frame_bytes
-    opens = np.isin(first, [a for a, _ in runs(backlogged)])
+    backlogs = runs(backlogged)
+    opens = np.isin(first, [a for a, _ in backlogs])
     ok = (got >= expected - allowed - burst_bytes * opens) & (got <= expected + allowed)
     n = len(win)
     ratio = got / expected if n else np.array([])
@@ -173,10 +174,9 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
     # backlogged time instead, each backlog allowed the frame its count can miss at its end (see
     # the module): a 93% ring port in 14 backlogs of about a window each fails by this, where its
     # windows alone were too few to judge it
-    backlogs = len(runs(backlogged))
     backlog_expected = float((rate_bps / 8 * dt_s[backlogged]).sum())
     backlog_drained = float(drained[backlogged].sum())
-    backlog_allowed = tolerance * backlog_expected + frame_bytes * backlogs
+    backlog_allowed = tolerance * backlog_expected + frame_bytes * len(backlogs)
     return {"port": s.port, "rate_mbps": rate_bps / 1e6, "window_ms": span / 1e6,
             "backlogged_intervals": int(backlogged.sum()), "windows": n,
             "within_tolerance": int(ok.sum()), "share": float(ok.mean()) if n else None,
@@ -187,7 +187,7 @@ def drain_check(s: PortSeries, rate_bps: float, frame_bytes: int, tolerance: flo
             "ratio_p1": float(np.percentile(ratio, 1)) if n else None,
             "ratio_p50": float(np.percentile(ratio, 50)) if n else None,
             "ratio_p99": float(np.percentile(ratio, 99)) if n else None,
-            "backlogs": backlogs,
+            "backlogs": len(backlogs),
             "backlog_drain_ratio": backlog_drained / backlog_expected if backlog_expected > 0 else None,
             "backlog_allowed_ratio": backlog_allowed / backlog_expected if backlog_expected > 0 else None,
             "backlog_ok": abs(backlog_drained - backlog_expected) <= backlog_allowed}

@@ -36,7 +36,7 @@ from testbed.analysis.parallelism import iteration_split, layer_collectives
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, write_table
 from testbed.analysis.training import training_section
-from testbed.fabric.qos import SWITCH_BURST_FRAMES
+from testbed.fabric.qos import switch_burst_bytes
 from testbed.traffic.ddp import bucket_sizes
 from testbed.analysis.transport import time_dilation, transport_summary
 from testbed.paths import PROJECT_ROOT
@@ -439,8 +439,8 @@ def link_views(rf: RunFolder, inp: RunInputs, t: Tables, series: list) -> tuple[
     for port, spans in link_analysis.down_windows(read_jsonl(rf.faults), inp.fabric, end).items():
         held.setdefault(port, []).extend(spans)
     frame = tables.frame_bytes(t.packets, sc)
-    # the switch ports' HTB bucket (testbed.fabric.qos.switch_burst_bytes)
-    burst = sc["fabric"].get("htb_burst_bytes") or SWITCH_BURST_FRAMES * frame
+    # the bucket the run gave its switch ports
+    burst = switch_burst_bytes(Scenario.from_dict(sc))
     fid = link_analysis.link_fidelity(series, rates, frame, run["fidelity_tolerance"], run["fidelity_min_share"],
                                       held, burst_bytes=burst)
     links = link_analysis.link_table(series, rates, peers, start, end)
