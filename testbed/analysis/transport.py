@@ -90,7 +90,7 @@ def flow_table(pkts: pd.DataFrame, msgs: pd.DataFrame, events: pd.DataFrame, pla
         st = engine["flows"][i]
         m = per_msg.loc[i] if i in per_msg.index else None
         rows.append({
-            "flow": i, "src": f["src"], "dst": f["dst"], "tag": f["tag"], "dscp": f["dscp"],
+            "flow": i, "src": f["src"], "dst": f["dst"], "tag": f["tag"], "comm": f.get("comm", ""), "dscp": f["dscp"],
             "udp_sport": 49152 + i % 16384, "messages": int(m[("bytes", "size")]) if m is not None else 0,
             "bytes": int(m[("bytes", "sum")]) if m is not None else 0,
             "delivered_bytes": int(m[("recv_bytes", "sum")]) if m is not None and "recv_bytes" in msgs else None,

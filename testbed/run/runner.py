@@ -86,7 +86,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
         rf.schedule.write_text(json.dumps(
             [{"id": m.id, "iteration": m.iteration, "step": m.step, "src": m.src, "dst": m.dst,
               "bytes": m.bytes, "chunk": m.chunk, "tag": m.tag, "op": m.op, "duration_ns": m.duration_ns,
-              "group": m.group, "instance": m.instance, "job": m.job}
+              "group": m.group, "instance": m.instance, "job": m.job, "comm": m.comm}
              for m in messages]))
         try:
             _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress)

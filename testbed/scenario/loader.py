@@ -178,6 +178,12 @@ def _check_workload_shape(where: str, sc: Scenario, fabric) -> None:
                              f"ep = {w.ep} must divide it")
         if w.ep > 1 and not w.moe_every:
             raise InputError(where, "workload.ep", "expert parallelism needs MoE layers (set workload.moe_every)")
+        if w.num_experts and not w.moe_every:
+            raise InputError(where, "workload.num_experts", "experts need MoE layers (set workload.moe_every)")
+        if w.num_experts % w.ep:
+            # Megatron asserts it: each EP rank holds num_experts / ep whole experts
+            raise InputError(where, "workload.num_experts", f"each of the ep = {w.ep} EP hosts holds whole experts: "
+                             f"num_experts = {w.num_experts} must be a multiple of it")
         if w.ep > 1 and w.tp > 1 and not w.tp_sequence_parallel:
             # Megatron refuses MoE with TP but without sequence parallelism: the tokens an EP rank
             # dispatches are its sequence shard

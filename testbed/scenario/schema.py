@@ -142,6 +142,10 @@ class WorkloadSpec:
     moe_every: int = spec(0, "pipeline: layers 0, k, 2k, ... of the model (numbered across stages) are MoE, their "
                           "MLP block its experts (Megatron's moe_layer_freq; 0: no MoE)", "int", 0, 1024)
     moe_topk: int = spec(2, "pipeline: experts each token is routed to (sets the all-to-alls' bytes)", "int", 1, 64)
+    num_experts: int = spec(0, "pipeline: experts of a MoE layer (Megatron's num_experts), num_experts / ep whole "
+                            "ones on each EP host, each an MLP of 8 h^2 weights split over TP; their gradients are "
+                            "AllReduced over the expert-data-parallel group (the dp / ep replicas holding the same "
+                            "experts), the dense ones over all dp (0: one expert per EP host)", "int", 0, 4096)
     rank_order: str = spec("tp-dp-pp", "pipeline: how the TP, DP and PP groups nest over the placed ranks, innermost "
                            "first: Megatron's default tp-dp-pp (a TP group on consecutive ranks, the replicas of a "
                            "stage next, the stages outermost) or tp-pp-dp (a replica's stages on consecutive ranks)",

@@ -34,6 +34,10 @@ class Message:
     instance: int = -1
     # Which of the scenario's [[jobs]] it belongs to ("" without jobs).
     job: str = ""
+    # The communicator (NCCL process group) it runs on: "tp", "dp", "ep", "pp", a trace's process
+    # group; "" the job's world. NCCL connects each communicator on its own, so messages of two
+    # communicators between the same hosts take different queue pairs.
+    comm: str = ""
 
 
 def chunk_sizes(total_bytes: int, n: int) -> list[int]:
@@ -46,9 +50,9 @@ class ScheduleBuilder:
     iteration (``inbox``): a rank that runs its steps in order may use any of it."""
 
     def __init__(self, seg_bytes: list[int], iteration: int, msgs: list[Message], group: str = "",
-                 instance: int = -1):
+                 instance: int = -1, comm: str = ""):
         self.seg_bytes, self.iteration, self.msgs, self.group = seg_bytes, iteration, msgs, group
-        self.instance = instance
+        self.instance, self.comm = instance, comm
         self.inbox: dict[str, list[int]] = {}
 
     def send(self, step: int, src: str, dst: str, segments: tuple[int, ...], op: str, deps: tuple[int, ...],
@@ -56,7 +60,7 @@ class ScheduleBuilder:
         mid = len(self.msgs)
         self.msgs.append(Message(mid, self.iteration, step, src, dst, sum(self.seg_bytes[s] for s in segments),
                                  tuple(deps), chunk, "collective", op, tuple(segments), 0, self.group,
-                                 self.instance))
+                                 self.instance, comm=self.comm))
         self.inbox.setdefault(dst, []).append(mid)
         return mid
 

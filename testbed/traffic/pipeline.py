@@ -21,7 +21,10 @@ Expert parallelism (ep > 1, with MoE layers every moe_every layers): a MoE layer
 its experts, spread over an EP group of ep hosts of the same stage and TP index in consecutive
 replicas (Megatron carves EP out of DP). The block dispatches its tokens with an all-to-all over
 the EP group, computes, and combines them back with another, forward and backward. An EP group
-couples its replicas' pipelines: every member waits for the others' tokens.
+couples its replicas' pipelines: every member waits for the others' tokens. A MoE layer holds no
+dense MLP: its experts' gradients are reduced apart from the dense ones, over the
+expert-data-parallel group (Megatron's parallel_state: the dp / ep replicas whose position in
+their EP group is the same, so they hold the same experts), on a communicator of their own.
 """
 from __future__ import annotations
 
@@ -50,10 +53,28 @@ class PipelineJob:
     ep: int = 1                  # hosts in an EP group (consecutive replicas)
     moe_every: int = 0           # every moe_every-th layer is MoE (0: none)
     a2a_bytes: int = 0           # an EP all-to-all's send buffer per host
+    mlp_grad_bytes: int = 0      # a dense MLP's share of grad_bytes_per_stage per TP host (a MoE layer has none)
+    expert_grad_bytes: int = 0   # a MoE layer's gradients per TP host: its num_experts / ep experts' MLPs
 
     def moe_layer(self, stage: int, layer: int) -> bool:
         """Megatron's moe_layer_freq: layers 0, k, 2k, ... of the model are MoE."""
         return self.moe_every > 0 and (stage * self.layers_per_stage + layer) % self.moe_every == 0
+
+    def stage_grad_bytes(self, stage: int) -> tuple[int, int]:
+        """(dense, expert) gradient bytes of one TP host of ``stage``: Megatron's DDP reduces the
+        dense ones over every replica, the experts' over the expert-data-parallel group."""
+        moe = sum(self.moe_layer(stage, layer) for layer in range(self.layers_per_stage))
+        return max(0, self.grad_bytes_per_stage - moe * self.mlp_grad_bytes), moe * self.expert_grad_bytes
+
+    def expert_dp_groups(self) -> list[list[int]]:
+        """The replicas of each expert-data-parallel group: EP groups are consecutive replicas, so
+        the replicas at the same place in theirs (d mod ep) hold the same experts."""
+        return [list(range(j, self.dp, self.ep)) for j in range(self.ep)]
+
+
+def mlp_bytes(hidden: int, bytes_per_element: int, tp: int) -> int:
+    """One TP host's share of an MLP's weights, 8 h^2 (h to 4h and back), as of an expert's."""
+    return 8 * hidden * hidden * bytes_per_element // tp
 
 
 def model_bytes(micro_batch: int, seq_len: int, hidden: int, bytes_per_element: int, tp: int,
@@ -157,7 +178,8 @@ class _Step:
             for h in g:
                 self.flush(h, micro)
             n = len(g)
-            b = ScheduleBuilder(chunk_sizes(self.job.tp_bytes, n), self.it, self.msgs, f"tp_{kind}", self.instance)
+            b = ScheduleBuilder(chunk_sizes(self.job.tp_bytes, n), self.it, self.msgs, f"tp_{kind}", self.instance,
+                               comm="tp")
             self.instance += 1
             chunks = [(c,) for c in range(n)]
             start = {h: self.prev[h] for h in g}
@@ -177,7 +199,8 @@ class _Step:
             for h in g:
                 self.flush(h, micro)
             n = len(g)
-            b = ScheduleBuilder(chunk_sizes(self.job.a2a_bytes, n), self.it, self.msgs, "ep_alltoall", self.instance)
+            b = ScheduleBuilder(chunk_sizes(self.job.a2a_bytes, n), self.it, self.msgs, "ep_alltoall", self.instance,
+                               comm="ep")
             self.instance += 1
             got: dict[str, list[int]] = {h: [] for h in g}
             for r, src in enumerate(g):
@@ -249,7 +272,7 @@ class _Step:
                         for t, h in enumerate(rep[s]):
                             mid = len(self.msgs)
                             self.msgs.append(Message(mid, self.it, self.step, h, rep[to][t], job.activation_bytes,
-                                                     ends[h], i, "collective", "p2p"))
+                                                     ends[h], i, "collective", "p2p", comm="pp"))
                             into[rep[to][t]] = mid
                     sent[("A" if kind == "F" else "G", s, i)] = into
                 pc[s] += 1
@@ -258,17 +281,27 @@ class _Step:
                 raise RuntimeError("1F1B programs deadlocked")  # cannot happen for a valid schedule
 
     def dp_allreduces(self) -> None:
-        """Each stage's (and TP index's) replicas AllReduce its gradients once their last backward
-        is done: a ring, every step also waiting for the member's own gradients."""
+        """Each stage's (and TP index's) replicas AllReduce its dense gradients once their last
+        backward is done, and each expert-data-parallel group its experts' gradients, each a ring
+        on its own communicator, every step also waiting for the member's own gradients."""
         job = self.job
         step0 = max(m.step for m in self.msgs if m.iteration == self.it) + 1
         for s in range(job.pp):
+            dense, expert = job.stage_grad_bytes(s)
             for t in range(job.tp):
                 name = f"dp_allreduce stage {s}" + (f" tp {t}" if job.tp > 1 else "")
-                grads = ScheduleBuilder(chunk_sizes(job.grad_bytes_per_stage, job.dp), self.it, self.msgs, name)
-                ring = [rep[s][t] for rep in self.grid]
-                chunks = [(c,) for c in range(job.dp)]
-                own = {h: (self.last_compute[h],) for h in ring}
-                done = ring_phase(grads, ring, chunks, "reduce", 0, own, step0, in_order=True)
-                ring_phase(grads, ring, chunks, "copy", 1, {h: done[h] + own[h] for h in ring}, step0 + job.dp - 1,
-                           in_order=True)
+                self._grad_ring([rep[s][t] for rep in self.grid], dense, name, "dp", step0)
+                for g, replicas in enumerate(job.expert_dp_groups()):
+                    if len(replicas) > 1 and expert:
+                        self._grad_ring([self.grid[d][s][t] for d in replicas], expert,
+                                        f"{name} experts {g}", "edp", step0)
+
+    def _grad_ring(self, ring: list[str], nbytes: int, name: str, comm: str, step0: int) -> None:
+        if nbytes <= 0:
+            return
+        n = len(ring)
+        grads = ScheduleBuilder(chunk_sizes(nbytes, n), self.it, self.msgs, name, comm=comm)
+        chunks = [(c,) for c in range(n)]
+        own = {h: (self.last_compute[h],) for h in ring}
+        done = ring_phase(grads, ring, chunks, "reduce", 0, own, step0, in_order=True)
+        ring_phase(grads, ring, chunks, "copy", 1, {h: done[h] + own[h] for h in ring}, step0 + n - 1, in_order=True)

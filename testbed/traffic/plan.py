@@ -36,6 +36,7 @@ class FlowSpec(ClassKeyed):
     cls: int             # the traffic class its DSCP maps to ("class" in JSON)
     delay_ns: int = 0    # its path's propagation and switch latency, dilated: the receiving NIC acts on
                          # each frame (data at dst, ACK/NAK/CNP back at src) that long after it arrived
+    comm: str = ""       # the communicator whose messages it carries ("": the job's world)
 
 
 @dataclass(frozen=True)

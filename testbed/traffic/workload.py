@@ -15,7 +15,7 @@ from testbed.traffic.collectives import (Message, all_to_all, background, halvin
                                          torus2d_allreduce)
 from testbed.traffic.ddp import bucket_sizes, ddp_step
 from testbed.traffic.parameter_server import parameter_server
-from testbed.traffic.pipeline import PipelineJob, model_bytes, pipeline_step, placement
+from testbed.traffic.pipeline import PipelineJob, mlp_bytes, model_bytes, pipeline_step, placement
 from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
 from testbed.traffic.traces import chakra_files, chakra_messages, read_simai, simai_messages
 from testbed.traffic.transport import dcqcn_params
@@ -62,6 +62,8 @@ def pipeline_job(sc: Scenario) -> PipelineJob:
     w = sc.workload
     act, grads = model_bytes(w.micro_batch_size, w.seq_len, w.hidden, w.bytes_per_element, w.tp, w.layers_per_stage)
     tokens_x_hidden = w.micro_batch_size * w.seq_len * w.hidden * w.bytes_per_element
+    mlp = mlp_bytes(w.hidden, w.bytes_per_element, w.tp) if w.moe_every else 0
+    experts_per_host = (w.num_experts or w.ep) // w.ep
     return PipelineJob(pp=w.pp, dp=w.dp, microbatches=w.microbatches,
                        activation_bytes=max(1, round(act * w.bytes_scale)),
                        grad_bytes_per_stage=max(1, round(grads * w.bytes_scale)),
@@ -72,7 +74,9 @@ def pipeline_job(sc: Scenario) -> PipelineJob:
                        tp_bytes=max(1, round(tokens_x_hidden * w.bytes_scale)) if w.tp > 1 else 0,
                        ep=w.ep, moe_every=w.moe_every,
                        # a TP host's share of the tokens (sequence parallel), each routed to moe_topk experts
-                       a2a_bytes=max(1, round(tokens_x_hidden * w.moe_topk / w.tp * w.bytes_scale)) if w.ep > 1 else 0)
+                       a2a_bytes=max(1, round(tokens_x_hidden * w.moe_topk / w.tp * w.bytes_scale)) if w.ep > 1 else 0,
+                       mlp_grad_bytes=round(mlp * w.bytes_scale),
+                       expert_grad_bytes=round(experts_per_host * mlp * w.bytes_scale))
 
 
 def pipeline_grid(sc: Scenario, fabric: Fabric) -> list[list[list[str]]]:
@@ -216,22 +220,24 @@ def build_messages(sc: Scenario, fabric: Fabric) -> tuple[list[str], list[Messag
     return ranks, msgs
 
 
-def message_flows(messages: list[Message], channels: int = 1) -> tuple[list[tuple[str, str, str, int]], list[int]]:
-    """Queue pairs and each message's: one QP per (src, dst, tag, channel) that carries messages, in
-    first-use order, and the flow index of every message (-1 for compute). Messages between the same
-    two hosts of one kind take the channels in turn, as NCCL spreads its work over channels; each
-    QP sends its messages one after another (RC order)."""
-    ids: dict[tuple[str, str, str, int], int] = {}
-    turn: dict[tuple[str, str, str], int] = {}
+def message_flows(messages: list[Message], channels: int = 1) -> tuple[list[tuple[str, str, str, str, int]], list[int]]:
+    """Queue pairs and each message's: one QP per (src, dst, tag, communicator, channel) that
+    carries messages, in first-use order, and the flow index of every message (-1 for compute).
+    NCCL connects each communicator on its own, so a TP collective never waits in a DP ring's
+    queue pair (jobs share no host, so a job's communicators are its own). Messages between the
+    same two hosts of one communicator take the channels in turn, as NCCL spreads its work over
+    channels; each QP sends its messages one after another (RC order)."""
+    ids: dict[tuple[str, str, str, str, int], int] = {}
+    turn: dict[tuple[str, str, str, str], int] = {}
     of_msg = []
     for m in messages:
         if m.op == "compute":
             of_msg.append(-1)
             continue
-        pair = (m.src, m.dst, m.tag)
-        ch = turn.get(pair, 0)
-        turn[pair] = (ch + 1) % channels
-        of_msg.append(ids.setdefault((*pair, ch), len(ids)))
+        key = (m.src, m.dst, m.tag, m.comm)
+        ch = turn.get(key, 0)
+        turn[key] = (ch + 1) % channels
+        of_msg.append(ids.setdefault((*key, ch), len(ids)))
     return list(ids), of_msg
 
 
@@ -257,11 +263,11 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
     cls = qos.class_of_dscp(sc)
     flow_specs = []
     links = path_links(fabric) if sc.fabric.link_delay_ns or sc.fabric.switch_latency_ns else None
-    for i, (s, d, tag, ch) in enumerate(flows):
+    for i, (s, d, tag, comm, ch) in enumerate(flows):
         dscp, ect = flow_marking(sc, fabric, s, tag)
         delay = path_latency_ns(links(s, d), sc.fabric.link_delay_ns, sc.fabric.switch_latency_ns) if links else 0
         flow_specs.append(FlowSpec(id=i, src=s, dst=d, tag=tag, channel=ch, dscp=dscp, ect=ect, cls=cls[dscp],
-                                   delay_ns=delay))
+                                   delay_ns=delay, comm=comm))
     return EnginePlan(
         out_dir=out_dir, payload_bytes=sc.workload.payload_bytes, time_limit_s=sc.run.time_limit_s,
         stall_timeout_s=sc.run.stall_timeout_s, nic_lead_ns=nic_lead_ns(sc),

@@ -14,6 +14,7 @@ from testbed.errors import InputError
 from testbed.scenario import load_document
 from testbed.traffic.collectives import data_flow
 from testbed.traffic.pipeline import PipelineJob, one_f_one_b, pipeline_step, placement
+from testbed.traffic.workload import message_flows
 
 
 def job(tp=2, pp=2, dp=2, m=3, layers=2, sp=False, ep=1, moe_every=0):
@@ -125,6 +126,62 @@ def test_moe_layers_dispatch_and_combine_over_the_ep_group_of_consecutive_replic
                 assert all(m.id in nx.ancestors(g, nxt.id) for m in ms if m.dst == h)
 
 
+def megatron_expert_dp_groups(tp, dp, ep, pp):
+    """Megatron-core parallel_state's groups from its RankGenerator orders: dense ranks are
+    t + tp (d + dp s) (order tp-cp-dp-pp), expert ranks t + tp (e + ep (x + dp/ep s)) (order
+    tp-ep-dp-pp, expert TP = TP); an expert-data-parallel group is the ranks that differ only in x."""
+    edp = dp // ep
+    return sorted(sorted(t + tp * (e + ep * (x + edp * s)) for x in range(edp))
+                  for t in range(tp) for e in range(ep) for s in range(pp))
+
+
+@pytest.mark.parametrize("tp, dp, ep", [(1, 4, 2), (2, 4, 2), (1, 6, 3), (1, 4, 1)])
+def test_expert_gradients_are_reduced_over_megatrons_expert_data_parallel_groups(tp, dp, ep):
+    pp, layers = 2, 2
+    j = replace(job(tp=tp, pp=pp, dp=dp, m=1, layers=layers, sp=tp > 1, ep=ep, moe_every=2),
+                mlp_grad_bytes=1000, expert_grad_bytes=1500)
+    ranks = [f"r{i}" for i in range(tp * dp * pp)]
+    msgs = pipeline_step(j, placement(ranks, tp, dp, pp))
+    experts = [m for m in msgs if m.comm == "edp"]
+    groups = sorted(sorted(int(h[1:]) for h in {m.src for m in experts if m.group == g})
+                    for g in {m.group for m in experts})
+    assert groups == megatron_expert_dp_groups(tp, dp, ep, pp)
+    # one MoE layer a stage (layers 0 and 2 of 4): its MLP's gradients leave the dense ring for the experts' ring
+    dense = [m for m in msgs if m.comm == "dp"]
+    per_member = {g: sum(m.bytes for m in ms if m.op == "reduce") / len({m.src for m in ms})
+                  for g, ms in pd.DataFrame({"g": [m.group for m in dense + experts], "m": dense + experts})
+                  .groupby("g")["m"]}
+    edp = dp // ep
+    for g, b in per_member.items():
+        n, total = (edp, 1500) if "experts" in g else (dp, 4000 - 1000)
+        assert b == pytest.approx((n - 1) * total / n, abs=1)   # a ring's reduce-scatter: (n-1)/n of the buffer
+
+
+def test_without_expert_data_parallelism_no_expert_gradient_crosses_the_fabric():
+    j = replace(job(tp=1, pp=2, dp=2, m=1, layers=2, ep=2, moe_every=2), mlp_grad_bytes=1000, expert_grad_bytes=1500)
+    msgs = pipeline_step(j, grid_of(j))
+    assert not [m for m in msgs if m.comm == "edp"]
+    assert {m.bytes for m in msgs if m.comm == "dp"} == {(4000 - 1000) // 2}
+
+
+def test_each_communicator_has_its_own_queue_pairs_as_nccl_connects_them():
+    # dp = ep = 2: a stage's two replicas are both an EP group and a DP ring, so the same host
+    # pair carries all-to-alls and the gradient AllReduce: NCCL runs them on two communicators
+    j = job(tp=2, pp=2, dp=2, m=2, layers=2, sp=True, ep=2, moe_every=1)
+    msgs = pipeline_step(j, grid_of(j))
+    flows, of_msg = message_flows(msgs)
+    comms_of_pair = defaultdict(set)
+    for m, f in zip(msgs, of_msg):
+        if f >= 0:
+            assert flows[f][:4] == (m.src, m.dst, m.tag, m.comm)   # a QP carries one communicator's messages
+            comms_of_pair[(m.src, m.dst)].add(m.comm)
+    assert {"ep", "dp"} in comms_of_pair.values()
+    assert len(flows) == sum(len(c) for c in comms_of_pair.values())
+    # channels split a communicator's messages, never merge two communicators
+    flows2, _ = message_flows(msgs, channels=2)
+    assert {f[:4] for f in flows2} == {f[:4] for f in flows}
+
+
 def test_the_dag_bound_holds_every_tp_collective_on_the_critical_path():
     # one stage pair, one micro-batch: the critical path runs every block's compute and AllReduce in order
     j = job(tp=2, pp=2, dp=1, m=1, layers=1)
@@ -165,6 +222,8 @@ def test_layer_collectives_and_the_iteration_split_from_a_table():
     ({"tp": 1, "pp": 2, "dp": 2, "ep": 2}, "workload.ep"),               # experts without MoE layers
     ({"tp": 2, "pp": 2, "dp": 2, "ep": 2, "moe_every": 1}, "workload.tp_sequence_parallel"),
     ({"rank_order": "pp-dp-tp"}, "workload.rank_order"),
+    ({"tp": 1, "pp": 2, "dp": 4, "ep": 2, "moe_every": 1, "num_experts": 3}, "workload.num_experts"),
+    ({"tp": 1, "pp": 2, "dp": 4, "num_experts": 4}, "workload.num_experts"),   # experts without MoE layers
 ])
 def test_a_parallel_layout_that_does_not_fit_is_bad_input_naming_the_field(workload, field):
     doc = {"fabric": {"topology": "fattree", "k": 4}, "controller": {"routing": "ecmp"},

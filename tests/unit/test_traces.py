@@ -7,6 +7,7 @@ import pytest
 
 from testbed.errors import InputError
 from testbed.traffic.collectives import data_flow
+from testbed.traffic.workload import message_flows
 from testbed.traffic.traces import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, TraceError, chakra_messages,
                                     SimaiWorkload, read_chakra, read_simai, simai_groups,
                                     simai_messages)
@@ -183,6 +184,18 @@ def test_simai_ep_and_dp_ep_collectives_run_over_their_own_groups(tmp_path):
         sorted(sorted(name[r] for r in g) for g in [[0, 2], [1, 3], [4, 6], [5, 7]])
     assert sorted(map(sorted, (v for k, v in pairs.items() if " wg " in k))) == \
         sorted(sorted(name[r] for r in g) for g in [[0, 4], [1, 5], [2, 6], [3, 7]])
+    assert {m.comm for m in msgs if " fwd " in m.group} == {"ep"} and {m.comm for m in msgs if " wg " in m.group} == {"dp_ep"}
+
+
+def test_simai_groups_take_queue_pairs_of_their_own(tmp_path):
+    # h0 and h2 are in one EP group and one DP group (tp 2, ep 2): an all-to-all and a DP
+    # AllReduce between the same hosts, on two communicators, so on two queue pairs
+    p = simai_file(tmp_path, "HYBRID_TRANSFORMER model_parallel_NPU_group: 2 ep: 2 pp: 1 vpp: 1 ga: 1 all_gpus: 8",
+                   "moe -1 10 ALLTOALL_EP 800 10 NONE 0 10 ALLREDUCE 800 1")
+    msgs = simai_messages(p, ranks(8), 1.0, 1.0, "ring", 1)
+    flows, of_msg = message_flows(msgs)
+    between = {flows[f] for m, f in zip(msgs, of_msg) if (m.src, m.dst) == ("h0", "h2")}
+    assert {f[3] for f in between} == {"ep", "dp"} and len(between) == 2
 
 
 def test_simai_weight_gradients_are_non_blocking_and_only_the_next_forward_waits(tmp_path):
@@ -301,6 +314,7 @@ def test_chakra_collectives_run_over_their_process_groups(tmp_path):
                              frozenset(("h0", "h2")): 4, frozenset(("h1", "h3")): 4})
     assert set(sent_per_rank(msgs).values()) == {4000 + 2000}   # 2 (n-1)/n of each, n = 2
     g = nx.DiGraph((x, m.id) for m in msgs for x in m.deps)
+    assert {m.comm for m in msgs if "pg dp0" in m.group} == {"dp0"}   # a process group is a communicator
     dp = [m for m in msgs if "pg dp0" in m.group]
     tp = [m.id for m in msgs if "pg tp0" in m.group and m.dst == "h0"]
     assert all(t in nx.ancestors(g, m.id) for m in dp if m.src == "h0" for t in tp)

@@ -215,7 +215,7 @@ def _chakra_iteration(per_rank, files, ranks, bytes_scale, time_scale, algorithm
                     size = _int_attr(node, "comm_size", files[r])
                     mid = len(msgs)
                     msgs.append(Message(mid, it, step[r], host, ranks[dst], max(1, round(size * bytes_scale)),
-                                        start_of(r, node), node.id, "collective", "p2p"))
+                                        start_of(r, node), node.id, "collective", "p2p", comm="p2p"))
                     sends.setdefault((r, dst, tag), []).append(mid)
                     done[r][node.id] = (mid,)
                 elif node.type == COMM_RECV_NODE:
@@ -275,7 +275,8 @@ def _buildappend_collective(group, hosts, files, ranks, bytes_scale, algorithm, 
         return
     try:
         finished = append_collective(msgs, kind, algorithm, hosts, max(1, round(sizes[q0] * bytes_scale)), starts, it,
-                                     max(step), f"{kind} (rank {q0} node {group[q0].id})" + (f" pg {pg}" if pg else ""))
+                                     max(step), f"{kind} (rank {q0} node {group[q0].id})" + (f" pg {pg}" if pg else ""),
+                                     comm=pg)
     except ValueError as e:   # halving-doubling over a group that is no power of two
         raise TraceError(files[q0], f"byte {group[q0].offset}", f"collective node {group[q0].id}: {e}") from None
     for q, node in group.items():

@@ -25,7 +25,7 @@ COLLECTIVE_BUILDERS = {
 
 def append_collective(msgs: list[Message], kind: str, algorithm: str, ranks: list[str], nbytes: int,
                 starts: dict[str, tuple[int, ...]], iteration: int, step0: int,
-                group: str) -> dict[str, tuple[int, ...]]:
+                group: str, comm: str = "") -> dict[str, tuple[int, ...]]:
     """Append one collective over ``ranks`` (every message shifted to follow ``msgs``, each rank's
     first sends after ``starts[rank]``); returns, per rank, the arrivals it has to wait for."""
     sched = COLLECTIVE_BUILDERS[algorithm][kind](ranks, max(nbytes, len(ranks)), 1)
@@ -34,6 +34,6 @@ def append_collective(msgs: list[Message], kind: str, algorithm: str, ranks: lis
         # every send of a rank also waits for the rank's own start: its data is ready then
         deps = tuple(sorted({d + off for d in m.deps} | set(starts[m.src])))
         msgs.append(Message(m.id + off, iteration, step0 + m.step, m.src, m.dst, m.bytes, deps, m.chunk,
-                            "collective", m.op, m.segments, 0, group))
+                            "collective", m.op, m.segments, 0, group, comm=comm))
     done = {r: tuple(m.id + off for m in sched if m.dst == r) for r in ranks}
     return {r: done[r] or starts[r] for r in ranks}

@@ -247,10 +247,10 @@ class _Replay:
     def stage(self, r: int) -> int:
         return (r // self.tp) % self.pp
 
-    def _add(self, it, src, dst, nbytes, deps, op, tag="collective", duration_ns=0, group="") -> int:
+    def _add(self, it, src, dst, nbytes, deps, op, tag="collective", duration_ns=0, comm="") -> int:
         mid = len(self.msgs)
         self.msgs.append(Message(mid, it, self.step, self.ranks[src], self.ranks[dst], nbytes, tuple(sorted(set(deps))),
-                                 -1, tag, op, duration_ns=duration_ns, group=group))
+                                 -1, tag, op, duration_ns=duration_ns, comm=comm))
         return mid
 
     def compute(self, ns: int, it: int, extra: list | None = None) -> None:
@@ -290,7 +290,7 @@ class _Replay:
             try:
                 done = append_collective(self.msgs, kind, self.algorithm, hosts, size,
                                          {self.ranks[r]: self.last[r] for r in g}, it, self.step,
-                                         f"layer{i} {phase} {kind} {gk}{gi}")
+                                         f"layer{i} {phase} {kind} {gk}{gi}", comm=gk)
             except ValueError as e:   # e.g. halving-doubling over a group that is no power of two
                 raise TraceError(self.path, field, str(e)) from None
             for r in g:
@@ -312,7 +312,7 @@ class _Replay:
             if (forward and s == self.pp - 1) or (not forward and s == 0):
                 continue
             peer = r + self.tp if forward else r - self.tp
-            ids = tuple(self._add(it, r, peer, size, self.last[r], "p2p") for _ in range(w.size("vpp")))
+            ids = tuple(self._add(it, r, peer, size, self.last[r], "p2p", comm="pp") for _ in range(w.size("vpp")))
             inbox[(g, peer)] = ids
         self.step += 1
 
