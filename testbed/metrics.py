@@ -59,11 +59,15 @@ DERIVED = ("status",)
 PERFORMANCE_PREFIXES = ("collective.", "latency", "goodput.", "fct_slowdown.", "background.",
                         "transport.steady_state.", "transport.fct", "links.", "jobs.", "training.")
 POLICY_PATHS = ("collective.iterations_complete",)
+# where ECMP hashed the flows: the headers and the group decide it, not the emulator's speed
+POLICY_PREFIXES = ("links.ecmp.",)
 
 
 def metric_class(path: str) -> str:
     """"performance" or "policy" (see above)."""
-    return "performance" if path.startswith(PERFORMANCE_PREFIXES) and path not in POLICY_PATHS else "policy"
+    if path in POLICY_PATHS or path.startswith(POLICY_PREFIXES):
+        return "policy"
+    return "performance" if path.startswith(PERFORMANCE_PREFIXES) else "policy"
 
 
 def tolerance_of(path: str, overrides: dict[str, tuple[float, float]] | None = None,

@@ -34,7 +34,8 @@ from testbed.analysis.hosts import host_fidelity, nic_queues
 from testbed.analysis.jobs import jobs_section, view_inputs
 from testbed.analysis.parallelism import iteration_split, layer_collectives
 from testbed.analysis.qos import qos_summary
-from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, write_table
+from testbed.analysis.routing import ecmp_spread
+from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, read_json, write_table
 from testbed.analysis.training import training_section
 from testbed.fabric.qos import switch_burst_bytes
 from testbed.traffic.ddp import bucket_sizes
@@ -143,7 +144,8 @@ class Summary:
                          "units beside its emulated one (testbed.analysis.hardware)")
     latency_by_class_us: dict = doc("latency per traffic class")
     fct_slowdown: dict | None = doc("message completion times against the ideal")
-    links: dict = doc("per switch egress port: utilisation and queue")
+    links: dict = doc("per switch egress port: utilisation and queue; ecmp: how the routing spread the traffic over "
+                      "each switch's equal-cost ports (members_used_share, max_over_mean, per_group; a policy metric)")
     git_commit: str | None = doc("the testbed's commit")
     expectations: list[dict] = doc("the scenario's expectations, each judged or why not")
 
@@ -450,6 +452,8 @@ def link_views(rf: RunFolder, inp: RunInputs, t: Tables, series: list) -> tuple[
     bin_ms = tables.heatmap_bin_ms((end - start) / 1e9)
     write_table(link_analysis.utilisation(series, rates, start, end, bin_ms), rf, "link_utilisation")
     busiest = links.sort_values("utilisation", ascending=False).head(5)
+    groups = read_json(rf.groups_end) if rf.groups_end.exists() else {}
     return {"ports": int(len(links)), "utilisation_bin_ms": bin_ms,
             "mean_utilisation": float(links["utilisation"].mean()) if len(links) else None,
-            "busiest": busiest[["port", "to", "utilisation", "max_queue_bytes"]].to_dict("records")}, fid
+            "busiest": busiest[["port", "to", "utilisation", "max_queue_bytes"]].to_dict("records"),
+            "ecmp": ecmp_spread(groups, links, frame)}, fid

@@ -29,6 +29,8 @@ SABOTAGES = (
              "tenant isolation: each tenant's hosts reach the other's"),
     Sabotage("watchdog-off", "pfc-watchdog-torus", ("qos.pfc_watchdog_ms=0",),
              "the PFC watchdog: the cyclic pauses deadlock the ring"),
+    Sabotage("ecmp-off", "ps-fattree", ("controller.routing=shortest_path",),
+             "ECMP: one path a destination, no select group spreads the flows over the uplinks"),
 )
 
 
