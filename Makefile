@@ -87,8 +87,9 @@ list: venv
 docs: venv
 	$(PY) -m testbed reference --write
 
+# the slowest tests listed at the end: where CI's time goes
 test: setup
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs --durations=30
 
 test-unit: venv bpf nic
 	$(PY) -m pytest -q tests/unit
