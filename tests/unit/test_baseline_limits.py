@@ -17,7 +17,10 @@ BASELINES = sorted(p.stem for p in BASELINE_DIR.glob("*.json"))
 # and for FIFO scheduling priority-mix's measured bound ratio (0.477-0.48, bench/README.md).
 SABOTAGE = {
     "incast-ecn": [("qos.ecn=false", "qos.ecn.marked", 0)],
-    "incast-pfc": [("qos.pfc=false", "qos.pfc.pauses", 0)],
+    # and a PFC policy pausing 100 times as often for the traffic it carries (issue 26: a bare
+    # pauses > 0 passed it): outside the measured band of pauses per MB
+    "incast-pfc": [("qos.pfc=false", "qos.pfc.pauses", 0), ("pauses 100x", "qos.pfc.pauses_per_mb", 2042.0)],
+    "incast-fattree-pfc": [("qos.pfc=false", "qos.pfc.pauses", 0), ("pauses 100x", "qos.pfc.pauses_per_mb", 2180.0)],
     "priority-mix": [("qos.scheduling=fifo", "collective.bound_ratio", 0.48)],
     "dateline-torus": [("controller.dateline=false", "qos.pfc.deadlocked", True),
                        ("controller.dateline=false", "collective.iterations_complete", 0)],
