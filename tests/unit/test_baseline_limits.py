@@ -21,6 +21,8 @@ SABOTAGE = {
     # pauses > 0 passed it): outside the measured band of pauses per MB
     "incast-pfc": [("qos.pfc=false", "qos.pfc.pauses", 0), ("pauses 100x", "qos.pfc.pauses_per_mb", 2042.0)],
     "incast-fattree-pfc": [("qos.pfc=false", "qos.pfc.pauses", 0), ("pauses 100x", "qos.pfc.pauses_per_mb", 2180.0)],
+    # no congestion control: no receiver sends a CNP, no sender cuts its rate
+    "dcqcn-incast": [("transport.cc=none", "transport.cnps_sent", 0), ("transport.cc=none", "transport.rate_cuts", 0)],
     "priority-mix": [("qos.scheduling=fifo", "collective.bound_ratio", 0.48)],
     "dateline-torus": [("controller.dateline=false", "qos.pfc.deadlocked", True),
                        ("controller.dateline=false", "collective.iterations_complete", 0)],
