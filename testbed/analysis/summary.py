@@ -330,7 +330,7 @@ def collective_section(inp: RunInputs, t: Tables) -> dict:
         out["parallelism"] = {
             "tp": job.tp, "pp": job.pp, "dp": job.dp, "ep": job.ep, "rank_order": sc["workload"].get("rank_order", "tp-pp-dp"),
             "sequence_parallel": job.sequence_parallel, "moe_every": job.moe_every,
-            "num_experts": sc["workload"].get("num_experts") or (job.ep if job.moe_every else 0),
+            "num_experts": job.num_experts,
             "expert_dp": job.dp // job.ep,
             "layer_collectives": layer_collectives(msgs, job.tp, job.ep, job.tp_bytes, job.a2a_bytes,
                                                    sc["fabric"]["bw_mbps"] * 1e6),

@@ -53,6 +53,7 @@ class PipelineJob:
     ep: int = 1                  # hosts in an EP group (consecutive replicas)
     moe_every: int = 0           # every moe_every-th layer is MoE (0: none)
     a2a_bytes: int = 0           # an EP all-to-all's send buffer per host
+    num_experts: int = 0         # experts of a MoE layer, num_experts / ep on each EP host (0: no MoE)
     mlp_grad_bytes: int = 0      # a dense MLP's share of grad_bytes_per_stage per TP host (a MoE layer has none)
     expert_grad_bytes: int = 0   # a MoE layer's gradients per TP host: its num_experts / ep experts' MLPs
 

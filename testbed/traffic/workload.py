@@ -63,7 +63,7 @@ def pipeline_job(sc: Scenario) -> PipelineJob:
     act, grads = model_bytes(w.micro_batch_size, w.seq_len, w.hidden, w.bytes_per_element, w.tp, w.layers_per_stage)
     tokens_x_hidden = w.micro_batch_size * w.seq_len * w.hidden * w.bytes_per_element
     mlp = mlp_bytes(w.hidden, w.bytes_per_element, w.tp) if w.moe_every else 0
-    experts_per_host = (w.num_experts or w.ep) // w.ep
+    experts = (w.num_experts or w.ep) if w.moe_every else 0
     return PipelineJob(pp=w.pp, dp=w.dp, microbatches=w.microbatches,
                        activation_bytes=max(1, round(act * w.bytes_scale)),
                        grad_bytes_per_stage=max(1, round(grads * w.bytes_scale)),
@@ -75,8 +75,8 @@ def pipeline_job(sc: Scenario) -> PipelineJob:
                        ep=w.ep, moe_every=w.moe_every,
                        # a TP host's share of the tokens (sequence parallel), each routed to moe_topk experts
                        a2a_bytes=max(1, round(tokens_x_hidden * w.moe_topk / w.tp * w.bytes_scale)) if w.ep > 1 else 0,
-                       mlp_grad_bytes=round(mlp * w.bytes_scale),
-                       expert_grad_bytes=round(experts_per_host * mlp * w.bytes_scale))
+                       num_experts=experts, mlp_grad_bytes=round(mlp * w.bytes_scale),
+                       expert_grad_bytes=round(experts // w.ep * mlp * w.bytes_scale))
 
 
 def pipeline_grid(sc: Scenario, fabric: Fabric) -> list[list[list[str]]]:
