@@ -229,6 +229,9 @@ def _transport(s: dict) -> list[tuple]:
     if tr["dcqcn"]:
         d = tr["dcqcn"]
         cc += f" ({d['time_scale']:g}x time-dilated: CNP interval {d['cnp_interval_ns'] / 1e6:g} ms)"
+        if d.get("reference"):
+            changed = d.get("overrides") or []
+            cc += f"; {d['reference']}" + (f" with {', '.join(changed)} changed" if changed else "")
     rows = [("congestion control", cc)]
     td = s.get("time_dilation") or {}
     if td.get("dilated_reference_rtt_us") and td.get("fabric_base_rtt_us"):

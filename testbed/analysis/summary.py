@@ -43,7 +43,7 @@ from testbed.analysis.transport import time_dilation, transport_summary
 from testbed.paths import PROJECT_ROOT
 from testbed.regress.baselines import check_expectations
 from testbed.runfolder import RunFolder, read_jsonl
-from testbed.scenario import DcqcnSpec, Scenario
+from testbed.scenario import DCQCN_REFERENCE, DcqcnSpec, Scenario, dcqcn_overrides
 from testbed.traffic.collectives import busbw_factor, chunk_sizes
 from testbed.traffic.packets import HEADER_BYTES
 from testbed.traffic.workload import path_links, pipeline_job
@@ -219,6 +219,9 @@ def analyze(run_dir: Path | str) -> dict:
     write_table(fct, rf, "fct")
     # a run recorded before the field existed is judged with its default
     ref_rtt_us = sc["dcqcn"].get("ref_base_rtt_us", DcqcnSpec().ref_base_rtt_us)
+    if tr["dcqcn"]:
+        # which DCQCN ran: the reference configuration, and every field the scenario changed in it
+        tr["dcqcn"] = {**tr["dcqcn"], "reference": DCQCN_REFERENCE, "overrides": dcqcn_overrides(sc["dcqcn"])}
     latency = _latency(t.packets)
     problems = list(acc.problems)
     deadlock = qos["pfc"]["deadlock"] if qos else None

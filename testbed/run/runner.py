@@ -8,6 +8,7 @@ Every step is a context manager, so an exception, Ctrl-C or SIGTERM unwinds all 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -34,7 +35,7 @@ from testbed.run.isolation import check_isolation
 from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.run.state import RunLock, RunRecord, clean_stale
 from testbed.runfolder import RunFolder
-from testbed.scenario import Scenario, build_fabric
+from testbed.scenario import DCQCN_REFERENCE, Scenario, build_fabric, dcqcn_overrides
 from testbed.traffic import nic
 from testbed.traffic.plan import EnginePlan
 from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
@@ -136,8 +137,10 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
                      f"and kind",
         "transport": f"RoCE RC per queue pair: {sc.transport.reliability}"
                      + (", ICRC checked at the receiver" if sc.transport.verify_icrc else "")
-                     + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), parameters "
-                        f"given for {sc.dcqcn.ref_gbps:g} Gb/s, time-dilated"
+                     + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), {DCQCN_REFERENCE} "
+                        f"for {sc.dcqcn.ref_gbps:g} Gb/s"
+                        + (f" with {', '.join(changed)} changed" if (changed := dcqcn_overrides(
+                            dataclasses.asdict(sc.dcqcn))) else "") + ", time-dilated"
                         if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
         "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
                     if sc.run.capture else "off"),

@@ -16,7 +16,8 @@ from testbed.metrics import DERIVED, TRACKED, tolerance_of
 from testbed.scenario.schema import (DEFAULT_CLASSES, READABLE_VERSIONS, Dilation, JobSpec, MAX_CLASSES, POLICY_FIELDS,
                                      SECTIONS,
                                      TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ExpectSpec, FaultSpec, PolicyChangeSpec,
-                                     Scenario, ToleranceSpec, WorkloadSpec, build_fabric)
+                                     DcqcnSpec, Scenario, ToleranceSpec, WorkloadSpec, build_fabric,
+                                     dcqcn_reference_rates)
 from testbed.traffic.workload import grid_width, job_fabric, trace_messages
 from testbed.units import parse_bytes
 from testbed.wire import HEADER_BYTES
@@ -384,6 +385,7 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
                       for i, t in enumerate(tol_doc))
     jobs = _jobs(where, doc.get("jobs", []))
     built, dilation = _hardware_view(version, built, tables)
+    built = {**built, "dcqcn": _reference_rates(built["dcqcn"], tables["dcqcn"])}
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
                   policy_changes=changes, expect=expect, tolerance=tolerance, jobs=jobs, version=version,
                   regress_skip=regress_skip,
@@ -421,6 +423,14 @@ def _check_version_fields(where: str, version: int, tables: dict, overrides) -> 
             if given(key):
                 raise InputError(source(key), key, f"a version 2 file describes the hardware fabric: give its "
                                  f"rate as {instead} (Gb/s); the run divides it by run.dilation")
+
+
+def _reference_rates(dcqcn: DcqcnSpec, table) -> DcqcnSpec:
+    """HPCC dcqcn_paper's rate steps scale with the link its values are given for: those the file
+    leaves unset follow ref_gbps."""
+    given = table if isinstance(table, dict) else {}
+    rates = {k: v for k, v in dcqcn_reference_rates(dcqcn.ref_gbps).items() if k not in given}
+    return dataclasses.replace(dcqcn, **rates)
 
 
 def _hardware_view(version: int, built: dict, tables: dict):

@@ -220,36 +220,64 @@ class TransportSpec:
                                   "releasing a dependent message) by up to as much", "float", 0.0, 10000.0)
 
 
+# The one DCQCN configuration the testbed ships: HPCC's `dcqcn_paper` (simulation/run.py of
+# alibaba-edu/High-Precision-Congestion-Control), the published DCQCN parameters as HPCC's
+# Mellanox-model reaction point runs them. Its rate steps scale with the link (5 and 50 x Gb/s / 25,
+# in Mb/s); its timers do not.
+DCQCN_REFERENCE = "HPCC dcqcn_paper"
+
+
+def dcqcn_reference_rates(ref_gbps: float) -> dict:
+    """HPCC dcqcn_paper's rate steps for a link of ref_gbps: R_AI = 5 x bw / 25, R_HAI = 50 x bw / 25 Mb/s."""
+    return {"rai_mbps": 5 * ref_gbps / 25, "rhai_mbps": 50 * ref_gbps / 25}
+
+
 @dataclass(frozen=True)
 class DcqcnSpec:
-    """DCQCN (Zhu et al., SIGCOMM 2015; HPCC's rdma-hw.cc) given for a reference link rate. The engine
-    runs it time-dilated to the emulated link: times are multiplied and rates divided by
-    time_scale = ref_gbps / link rate, so the control loop sees the same bytes per interval as the
-    reference NIC does (the queue thresholds, in bytes, carry over unchanged)."""
-    ref_gbps: float = spec(40.0, "the link rate the values below are given for, Gb/s", "float", 0.001, 1000.0)
+    """DCQCN (Zhu et al., SIGCOMM 2015, as HPCC's rdma-hw.cc runs it) given for a reference link rate.
+    Every default is HPCC's `dcqcn_paper` configuration (docs/transport.md); a field set here departs
+    from it, and the summary names each one that does. The engine runs it time-dilated to the emulated
+    link: times are multiplied and rates divided by time_scale = ref_gbps / link rate, so the control
+    loop sees the same bytes per interval as the reference NIC does (the queue thresholds, in bytes,
+    carry over unchanged)."""
+    ref_gbps: float = spec(100.0, "the link rate the values below are given for, Gb/s (version 2: the "
+                           "fabric's bw_gbps when unset)", "float", 0.001, 1000.0)
     time_scale: float = spec(0.0, "dilation factor (0: ref_gbps / the sender's link rate)", "float", 0.0, 1e6)
     # HPCC's simulations give every link 1 us of delay: a 4-link path (host, ToR, spine, ToR, host)
     # is 8 us there and back
     ref_base_rtt_us: float = spec(8.0, "the base RTT of the fabric the values below are tuned for, us: the "
                                   "summary compares it, dilated, with the emulated fabric's", "float", 0.01, 1e6)
+    # HPCC's receiver echoes a mark on every ACK and its sender cuts at most once per decrease
+    # period; this receiver sends CNPs, at most one per N = 50 us as in Zhu et al., the same period
     cnp_interval_us: float = spec(50.0, "receiver: at most one CNP per queue pair per this interval, us",
                                   "float", 0.0, 1e6)
-    alpha_interval_us: float = spec(55.0, "sender: alpha update period, us", "float", 0.1, 1e6)
-    rate_decrease_interval_us: float = spec(4.0, "sender: at most one rate cut per this interval, us",
+    alpha_interval_us: float = spec(50.0, "sender: alpha update period, us", "float", 0.1, 1e6)
+    rate_decrease_interval_us: float = spec(50.0, "sender: at most one rate cut per this interval, us",
                                             "float", 0.0, 1e6)
     rate_increase_timer_us: float = spec(55.0, "sender: rate increase timer period (T), us", "float", 0.1, 1e6)
-    byte_counter_bytes: int = spec(10 << 20, "sender: a rate increase event per this many bytes sent "
-                                   "(B; 0: timer only)", "bytes", 0, 1 << 34)
+    byte_counter_bytes: int = spec(0, "sender: a rate increase event per this many bytes sent "
+                                   "(B; 0: timer only, as HPCC's Mellanox model)", "bytes", 0, 1 << 34)
     g: float = spec(1 / 256, "alpha gain", "float", 0.0, 1.0)
-    fast_recovery_rounds: int = spec(5, "F: increase events of fast recovery before additive increase",
+    fast_recovery_rounds: int = spec(1, "F: increase events of fast recovery before additive increase",
                                      "int", 0, 1000)
-    rai_mbps: float = spec(40.0, "additive increase step R_AI, Mb/s", "float", 0.0, 1e6)
-    rhai_mbps: float = spec(100.0, "hyper increase step R_HAI, Mb/s", "float", 0.0, 1e6)
-    min_rate_mbps: float = spec(100.0, "lowest rate a cut may reach, Mb/s", "float", 0.0, 1e6)
+    rai_mbps: float = spec(20.0, "additive increase step R_AI, Mb/s (unset: 5 x ref_gbps / 25)",
+                           "float", 0.0, 1e6)
+    rhai_mbps: float = spec(200.0, "hyper increase step R_HAI, Mb/s (unset: 50 x ref_gbps / 25)",
+                            "float", 0.0, 1e6)
+    min_rate_mbps: float = spec(1000.0, "lowest rate a cut may reach, Mb/s", "float", 0.0, 1e6)
     rate_on_first_cnp: float = spec(1.0, "fraction of the current rate kept at a queue pair's first CNP "
                                     "(before the first cut)", "float", 0.01, 1.0)
     clamp_target_rate: bool = spec(False, "every cut also lowers the target rate (else only cuts after an "
                                    "increase event)", "bool")
+
+
+def dcqcn_overrides(dcqcn: dict) -> list[str]:
+    """The fields of a [dcqcn] table (as a dict) that depart from the reference configuration at
+    its own ref_gbps: empty when the run used HPCC dcqcn_paper as published."""
+    ref = {**{f.name: f.default for f in dataclasses.fields(DcqcnSpec)}, **dcqcn_reference_rates(dcqcn["ref_gbps"])}
+    skip = ("ref_gbps", "time_scale", "ref_base_rtt_us")
+    return sorted(k for k, v in ref.items() if k not in skip and k in dcqcn
+                  and not (v == dcqcn[k] or (isinstance(v, float) and abs(v - dcqcn[k]) <= 1e-9 * abs(v))))
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,48 @@ def params(**over):
     return dcqcn_params(spec, LINE)
 
 
+def load_dcqcn(table: dict, bw_gbps: float = 100):
+    from testbed.scenario import load_document
+    doc = {"scenario_version": 2, "fabric": {"topology": "leafspine", "bw_gbps": bw_gbps},
+           "controller": {"routing": "shortest_path"},
+           "workload": {"type": "incast", "ect": True}, "transport": {"cc": "dcqcn"},
+           "qos": {"ecn": True}, "classes": [{"name": "roce", "dscp": [26], "ecn": True, "default": True}],
+           "dcqcn": table}
+    return load_document("x", doc, "scenarios/x.toml").dcqcn
+
+
+def test_the_defaults_are_hpcc_dcqcn_paper_at_the_fabric_rate():
+    # HPCC's simulation/run.py, cc = dcqcn_paper, for a link of bw Gb/s: ALPHA_RESUME_INTERVAL 50,
+    # RATE_DECREASE_INTERVAL 50, RP_TIMER 55 (us), EWMA_GAIN 0.00390625, FAST_RECOVERY_TIMES 1,
+    # RATE_AI 5 bw / 25 Mb/s, RATE_HAI 50 bw / 25 Mb/s, MIN_RATE 1000 Mb/s, CLAMP_TARGET_RATE 0, and
+    # its Mellanox-model reaction point counts no bytes
+    from testbed.scenario import dcqcn_overrides
+    for bw in (100, 400):
+        d = load_dcqcn({}, bw)
+        assert (d.ref_gbps, d.alpha_interval_us, d.rate_decrease_interval_us, d.rate_increase_timer_us) == (bw, 50, 50, 55)
+        assert (d.g, d.fast_recovery_rounds, d.byte_counter_bytes, d.clamp_target_rate) == (1 / 256, 1, 0, False)
+        assert (d.rai_mbps, d.rhai_mbps, d.min_rate_mbps) == (5 * bw / 25, 50 * bw / 25, 1000)
+        assert dcqcn_overrides(dataclasses.asdict(d)) == []
+    # a table naming another rate takes the reference's steps for that rate; a value it sets stays,
+    # and the summary names it
+    d = load_dcqcn({"ref_gbps": 25, "rhai_mbps": 7, "fast_recovery_rounds": 5})
+    assert (d.rai_mbps, d.rhai_mbps) == (5, 7)
+    assert dcqcn_overrides(dataclasses.asdict(d)) == ["fast_recovery_rounds", "rhai_mbps"]
+
+
 def test_parameters_scale_with_the_emulated_link():
     p = dcqcn_params({**dataclasses.asdict(DcqcnSpec()), "ref_gbps": 40}, 100e6)
     assert p["time_scale"] == 400
     assert p["cnp_interval_ns"] == 50_000 * 400 and p["rate_increase_timer_ns"] == 55_000 * 400
-    assert p["rai_bps"] == pytest.approx(40e6 / 400) and p["rhai_bps"] == pytest.approx(100e6 / 400)
+    assert p["rai_bps"] == pytest.approx(20e6 / 400) and p["rhai_bps"] == pytest.approx(200e6 / 400)
+    p = dcqcn_params({**dataclasses.asdict(DcqcnSpec()), "ref_gbps": 40, "byte_counter_bytes": 10 << 20}, 100e6)
     assert p["byte_counter_bytes"] == 10 << 20  # bytes are not dilated
     p = dcqcn_params({**dataclasses.asdict(DcqcnSpec()), "time_scale": 7.0}, 100e6)
     assert p["time_scale"] == 7.0
 
 
 def test_first_cnp_halves_the_rate_and_fast_recovery_returns_halfway_each_period():
-    p = params(byte_counter_bytes=0)
+    p = params(byte_counter_bytes=0, fast_recovery_rounds=5)
     d = Dcqcn(p)
     d.cnp(1000)
     assert d.rate == pytest.approx(LINE / 2) and d.target == LINE and d.alpha == 1.0
@@ -44,7 +74,7 @@ def test_first_cnp_halves_the_rate_and_fast_recovery_returns_halfway_each_period
 
 
 def test_increase_goes_fast_then_additive_then_hyper_and_rests_at_line_rate():
-    p = params(byte_counter_bytes=0, rai_mbps=1, rhai_mbps=5)
+    p = params(byte_counter_bytes=0, rai_mbps=1, rhai_mbps=5, fast_recovery_rounds=5)
     d = Dcqcn(p)
     d.cnp(0)
     d.cnp(p["rate_decrease_interval_ns"])  # second cut, after no increase: the target stays
@@ -58,7 +88,6 @@ def test_increase_goes_fast_then_additive_then_hyper_and_rests_at_line_rate():
         kinds += [k for _, k, *_ in d.log]
         d.log.clear()
     f = p["fast_recovery_rounds"]
-    assert f == 5
     # HPCC's RateIncEventMlx compares the stage before it moves: F rounds of fast recovery, the
     # (F+1)-th event is additive, every later one hyper
     assert kinds[:f] == [RATE_FAST_RECOVERY] * f

@@ -57,7 +57,7 @@ def test_dilate_scales_every_rate_and_time_and_no_byte():
     from testbed.traffic.transport import dcqcn_params
     p = dcqcn_params(dataclasses.asdict(sc.dcqcn), sc.fabric.bw_mbps * 1e6)
     assert p["time_scale"] == pytest.approx(1000)
-    assert p["alpha_interval_ns"] == pytest.approx(55e3 * 1000)
+    assert p["alpha_interval_ns"] == pytest.approx(50e3 * 1000)
     with pytest.raises(ValueError):
         dilate(sc, 2, "set")   # dilated already
     with pytest.raises(ValueError):
