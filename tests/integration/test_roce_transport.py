@@ -28,10 +28,16 @@ def run_one(tmp_path, name, *sets):
 
 
 # Without congestion control the same incast with twice the bytes: enough to fill the buffer (the
-# 3 MiB a sender of the 8:1 case sends peaked the queue at 12 MB)
-@pytest.mark.parametrize("senders,per_sender,per_sender_off", [(2, "10MiB", "20MiB"), (8, "3MiB", "6MiB")])
+# 3 MiB a sender of the 8:1 case sends peaked the queue at 12 MB). DCQCN (HPCC's dcqcn_paper) holds
+# the median near K; the peaks of its sawtooth (the queue's p99) and its fairness depend on how many
+# senders overshoot together: 2:1 stays within 1.5 K and 3 K with Jain's index >= 0.95 (6 runs: median 0,
+# p99 116 KB, Jain 1.0 measured), 8:1 within dcqcn-incast's own bounds of 2 K and 20 K and Jain
+# >= 0.9 (over 22 runs: median 29-133 KB, p99 1.26-1.76 MB, Jain 0.947-1.0; the scenario's file)
+@pytest.mark.parametrize("senders,per_sender,per_sender_off,p50_k,p99_k,jain",
+                         [(2, "10MiB", "20MiB", 1.5, 3, 0.95), (8, "3MiB", "6MiB", 2, 20, 0.9)])
 def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_buffer(tmp_path, suite_runs, senders,
-                                                                                  per_sender, per_sender_off):
+                                                                                  per_sender, per_sender_off, p50_k,
+                                                                                  p99_k, jain):
     if (senders, per_sender) == (8, "3MiB"):   # the scenario as shipped: the session's suite run
         r = suite_runs.get("dcqcn-incast")
         run_dir, s = r.run_dir, r.summary
@@ -41,6 +47,7 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
     tr = s["transport"]
     assert s["status"] in NOTHING_FAILED and s["packets"]["lost"] == 0 and s["qos"]["queues"]["buffer_drops"] == 0
     assert tr["cc"] == "dcqcn" and tr["cnps_sent"] > 0 and tr["rate_cuts"] > 0
+    assert tr["dcqcn"]["reference"] == "HPCC dcqcn_paper" and tr["dcqcn"]["overrides"] == []
     assert tr["agents"]["receiver_socket_drops"] == 0
     st = tr["steady_state"]
     assert st["flows"] == senders, st
@@ -48,10 +55,10 @@ def test_dcqcn_holds_the_queue_near_k_and_shares_fairly_where_no_cc_fills_the_bu
     # emulation ran faithfully: on unfaithful runs of the 2:1 case, with the data plane late for
     # the DCQCN-held queue pairs, Jain's index ranged 0.87-1.0 (8 runs, bench/README.md)
     if s["fidelity"]["valid"]:
-        assert st["jain_index"] >= 0.95, st
+        assert st["jain_index"] >= jain, st
     bq = st["bottleneck_queue"]
     assert (bq["port"], bq["class_name"]) == ("leaf0-eth1", "roce")
-    assert bq["p50_bytes"] <= 1.5 * K_BYTES and bq["p99_bytes"] <= 3 * K_BYTES, bq
+    assert bq["p50_bytes"] <= p50_k * K_BYTES and bq["p99_bytes"] <= p99_k * K_BYTES, bq
     link_mbps = s["dilation"]["emulated"]["link_mbps"]
     assert st["total_mbps"] >= 0.75 * link_mbps, st  # the queue is short because senders slowed, not starved
     # every queue pair's rate trajectory is recorded: each was cut and recovered
