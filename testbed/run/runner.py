@@ -101,6 +101,15 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
         return run_dir
 
 
+def _dcqcn_mechanism(sc: Scenario) -> str:
+    """The manifest's words for the congestion control: the reference configuration and every field
+    the scenario changed in it."""
+    changed = dcqcn_overrides(dataclasses.asdict(sc.dcqcn))
+    return (f"; DCQCN (CNPs from receivers, rate machine per queue pair), {DCQCN_REFERENCE} for "
+            f"{sc.dcqcn.ref_gbps:g} Gb/s" + (f" with {', '.join(changed)} changed" if changed else "")
+            + ", time-dilated")
+
+
 def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
     """What the run uses on this machine for each part of the fabric, in words: every result says
     which mechanism produced it."""
@@ -137,11 +146,7 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
                      f"and kind",
         "transport": f"RoCE RC per queue pair: {sc.transport.reliability}"
                      + (", ICRC checked at the receiver" if sc.transport.verify_icrc else "")
-                     + (f"; DCQCN (CNPs from receivers, rate machine per queue pair), {DCQCN_REFERENCE} "
-                        f"for {sc.dcqcn.ref_gbps:g} Gb/s"
-                        + (f" with {', '.join(changed)} changed" if (changed := dcqcn_overrides(
-                            dataclasses.asdict(sc.dcqcn))) else "") + ", time-dilated"
-                        if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
+                     + (_dcqcn_mechanism(sc) if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
         "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
                     if sc.run.capture else "off"),
         "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}"

@@ -9,15 +9,15 @@ nothing of the testbed's model; the loader sits above the workload builders it c
 """
 from testbed.scenario.loader import (SCENARIO_DIR, list_scenarios, load_document, load_scenario, parse_override,
                                      scenario_path)
-from testbed.scenario.schema import (DEFAULT_CLASSES, EXPECT_OPS, MAX_CLASSES, POLICY_FIELDS, SCENARIO_VERSION,
-                                     SECTIONS, TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ControllerSpec, DcqcnSpec,
-                                     DCQCN_REFERENCE, Dilation,
-                                     ExpectSpec, FabricSpec, FaultSpec, JobSpec, PolicyChangeSpec, QosSpec, RunSpec, Scenario,
-                                     ToleranceSpec, TransportSpec, WorkloadSpec, build_fabric, dcqcn_overrides,
-                                     dcqcn_reference_rates, spec)
+from testbed.scenario.schema import (DCQCN_REFERENCE, DEFAULT_CLASSES, EXPECT_OPS, MAX_CLASSES, POLICY_FIELDS,
+                                     SCENARIO_VERSION, SECTIONS, TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ControllerSpec,
+                                     DcqcnSpec, Dilation, ExpectSpec, FabricSpec, FaultSpec, JobSpec, PolicyChangeSpec,
+                                     QosSpec, RunSpec, Scenario, ToleranceSpec, TransportSpec, WorkloadSpec,
+                                     build_fabric, dcqcn_overrides, dcqcn_reference_rates, spec)
 
-__all__ = ["DEFAULT_CLASSES", "EXPECT_OPS", "MAX_CLASSES", "POLICY_FIELDS", "SCENARIO_DIR", "SCENARIO_VERSION",
-           "SECTIONS", "TOP_LEVEL", "TOPOLOGY_FIELDS", "ClassSpec", "ControllerSpec", "DCQCN_REFERENCE", "DcqcnSpec", "Dilation", "ExpectSpec",
-           "FabricSpec", "FaultSpec", "JobSpec", "PolicyChangeSpec", "QosSpec", "RunSpec", "Scenario", "ToleranceSpec",
-           "TransportSpec", "WorkloadSpec", "build_fabric", "dcqcn_overrides", "dcqcn_reference_rates", "list_scenarios", "load_document", "load_scenario",
-           "parse_override", "scenario_path", "spec"]
+__all__ = ["DCQCN_REFERENCE", "DEFAULT_CLASSES", "EXPECT_OPS", "MAX_CLASSES", "POLICY_FIELDS", "SCENARIO_DIR",
+           "SCENARIO_VERSION", "SECTIONS", "TOP_LEVEL", "TOPOLOGY_FIELDS", "ClassSpec", "ControllerSpec", "DcqcnSpec",
+           "Dilation", "ExpectSpec", "FabricSpec", "FaultSpec", "JobSpec", "PolicyChangeSpec", "QosSpec", "RunSpec",
+           "Scenario", "ToleranceSpec", "TransportSpec", "WorkloadSpec", "build_fabric", "dcqcn_overrides",
+           "dcqcn_reference_rates", "list_scenarios", "load_document", "load_scenario", "parse_override",
+           "scenario_path", "spec"]

@@ -35,7 +35,8 @@ def test_the_defaults_are_hpcc_dcqcn_paper_at_the_fabric_rate():
     from testbed.scenario import dcqcn_overrides
     for bw in (100, 400):
         d = load_dcqcn({}, bw)
-        assert (d.ref_gbps, d.alpha_interval_us, d.rate_decrease_interval_us, d.rate_increase_timer_us) == (bw, 50, 50, 55)
+        assert (d.ref_gbps, d.alpha_interval_us, d.rate_decrease_interval_us,
+                d.rate_increase_timer_us) == (bw, 50, 50, 55)
         assert (d.g, d.fast_recovery_rounds, d.byte_counter_bytes, d.clamp_target_rate) == (1 / 256, 1, 0, False)
         assert (d.rai_mbps, d.rhai_mbps, d.min_rate_mbps) == (5 * bw / 25, 50 * bw / 25, 1000)
         assert dcqcn_overrides(dataclasses.asdict(d)) == []
