@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.scenario.schema import dcqcn_described
+
 PLOTS = (("queues", "Queue depth over time"), ("latency_cdf", "Latency CDF per class"),
          ("link_utilisation", "Link utilisation"), ("timeline", "Collective timeline"))
 
@@ -229,9 +231,8 @@ def _transport(s: dict) -> list[tuple]:
     if tr["dcqcn"]:
         d = tr["dcqcn"]
         cc += f" ({d['time_scale']:g}x time-dilated: CNP interval {d['cnp_interval_ns'] / 1e6:g} ms)"
-        if d.get("reference"):
-            changed = d.get("overrides") or []
-            cc += f"; {d['reference']}" + (f" with {', '.join(changed)} changed" if changed else "")
+        if "overrides" in d:   # runs analysed before the reference configuration was named have none
+            cc += f"; {dcqcn_described(d['overrides'])}"
     rows = [("congestion control", cc)]
     td = s.get("time_dilation") or {}
     if td.get("dilated_reference_rtt_us") and td.get("fabric_base_rtt_us"):

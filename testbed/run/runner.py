@@ -35,7 +35,7 @@ from testbed.run.isolation import check_isolation
 from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
 from testbed.run.state import RunLock, RunRecord, clean_stale
 from testbed.runfolder import RunFolder
-from testbed.scenario import DCQCN_REFERENCE, Scenario, build_fabric, dcqcn_overrides
+from testbed.scenario import Scenario, build_fabric, dcqcn_described, dcqcn_overrides
 from testbed.traffic import nic
 from testbed.traffic.plan import EnginePlan
 from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
@@ -104,10 +104,9 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
 def _dcqcn_mechanism(sc: Scenario) -> str:
     """The manifest's words for the congestion control: the reference configuration and every field
     the scenario changed in it."""
-    changed = dcqcn_overrides(dataclasses.asdict(sc.dcqcn))
-    return (f"; DCQCN (CNPs from receivers, rate machine per queue pair), {DCQCN_REFERENCE} for "
-            f"{sc.dcqcn.ref_gbps:g} Gb/s" + (f" with {', '.join(changed)} changed" if changed else "")
-            + ", time-dilated")
+    return (f"; DCQCN (CNPs from receivers, rate machine per queue pair): "
+            f"{dcqcn_described(dcqcn_overrides(dataclasses.asdict(sc.dcqcn)))}, given for {sc.dcqcn.ref_gbps:g} Gb/s, "
+            f"time-dilated")
 
 
 def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:

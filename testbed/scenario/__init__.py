@@ -13,11 +13,12 @@ from testbed.scenario.schema import (DCQCN_REFERENCE, DEFAULT_CLASSES, EXPECT_OP
                                      SCENARIO_VERSION, SECTIONS, TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ControllerSpec,
                                      DcqcnSpec, Dilation, ExpectSpec, FabricSpec, FaultSpec, JobSpec, PolicyChangeSpec,
                                      QosSpec, RunSpec, Scenario, ToleranceSpec, TransportSpec, WorkloadSpec,
-                                     build_fabric, dcqcn_overrides, dcqcn_reference_rates, spec)
+                                     build_fabric, dcqcn_described, dcqcn_overrides, dcqcn_reference_rates,
+                                     spec)
 
 __all__ = ["DCQCN_REFERENCE", "DEFAULT_CLASSES", "EXPECT_OPS", "MAX_CLASSES", "POLICY_FIELDS", "SCENARIO_DIR",
            "SCENARIO_VERSION", "SECTIONS", "TOP_LEVEL", "TOPOLOGY_FIELDS", "ClassSpec", "ControllerSpec", "DcqcnSpec",
            "Dilation", "ExpectSpec", "FabricSpec", "FaultSpec", "JobSpec", "PolicyChangeSpec", "QosSpec", "RunSpec",
-           "Scenario", "ToleranceSpec", "TransportSpec", "WorkloadSpec", "build_fabric", "dcqcn_overrides",
+           "Scenario", "ToleranceSpec", "TransportSpec", "WorkloadSpec", "build_fabric", "dcqcn_described", "dcqcn_overrides",
            "dcqcn_reference_rates", "list_scenarios", "load_document", "load_scenario", "parse_override",
            "scenario_path", "spec"]

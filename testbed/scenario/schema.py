@@ -4,6 +4,7 @@ docs/scenario-reference.md is generated from it (testbed.reference)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,8 +277,12 @@ def dcqcn_overrides(dcqcn: dict) -> list[str]:
     its own ref_gbps: empty when the run used HPCC dcqcn_paper as published."""
     ref = {**{f.name: f.default for f in dataclasses.fields(DcqcnSpec)}, **dcqcn_reference_rates(dcqcn["ref_gbps"])}
     skip = ("ref_gbps", "time_scale", "ref_base_rtt_us")
-    return sorted(k for k, v in ref.items() if k not in skip and k in dcqcn
-                  and not (v == dcqcn[k] or (isinstance(v, float) and abs(v - dcqcn[k]) <= 1e-9 * abs(v))))
+    return sorted(k for k, v in ref.items() if k not in skip and k in dcqcn and not math.isclose(v, dcqcn[k]))
+
+
+def dcqcn_described(overrides: list[str]) -> str:
+    """The configuration in words, as the manifest and the report give it."""
+    return DCQCN_REFERENCE + (f" with {', '.join(overrides)} changed" if overrides else "")
 
 
 @dataclass(frozen=True)
