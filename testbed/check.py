@@ -6,6 +6,7 @@ nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from pathlib import Path
@@ -64,6 +65,35 @@ def dilation_of(sc: Scenario) -> dict:
     return out
 
 
+def _class_profile(c) -> dict:
+    """A class as a run applies it: DSCPs, share, buffer, its ECN profile and its PFC settings (0:
+    derived at run time, testbed/fabric/qos.py)."""
+    d = dataclasses.asdict(c)
+    out = {k: d[k] for k in ("name", "dscp", "default", "weight", "buffer_bytes")}
+    out["ecn"] = ({k: d[k] for k in ("ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax")} if c.ecn else None)
+    out["pfc"] = ({k: d[k] for k in ("xoff_bytes", "xon_bytes", "headroom_bytes")} if c.pfc else None)
+    out["dscp"] = list(out["dscp"])
+    return out
+
+
+def asserts(sc: Scenario) -> dict:
+    """What a run of ``sc`` is judged by, and what it does on purpose: its faults and policy
+    changes (hardware time), its expectations, and the baseline `regress` holds it to."""
+    from testbed.regress.baselines import load_baseline  # noqa: PLC0415
+    base = load_baseline(sc.name)
+    return {
+        "faults": [dataclasses.asdict(f) for f in sc.faults],
+        "policy_changes": [dataclasses.asdict(c) for c in sc.policy_changes],
+        "expectations": [{"metric": e.metric, "op": e.op, **({"than": e.than} if e.than else {"value": e.value})}
+                         for e in sc.expect],
+        "baseline": None if base is None else {
+            "run_id": base["run_id"], "git_commit": base.get("git_commit"),
+            "dilation_factor": base.get("dilation_factor"), "metrics": len(base["metrics"]),
+            "measured_tolerances": len(sc.tolerance)},
+        "in_regression_suite": not sc.regress_skip, "regress_skip": sc.regress_skip or None,
+    }
+
+
 def describe(sc: Scenario) -> dict:
     """The fabric, the traffic, the bound and the port policy a run of ``sc`` would have."""
     fabric = build_fabric(sc.fabric)
@@ -98,7 +128,9 @@ def describe(sc: Scenario) -> dict:
                   "jobs": {name: {"per_iteration_s": b, "formula": f} for name, (b, f, _) in bounds.items()}
                   if sc.jobs else None},
         "qos": {"scheduling": sc.qos.scheduling, "classes": [c.name for c in sc.classes],
-                "ecn": sc.qos.ecn, "pfc": sc.qos.pfc},
+                "ecn": sc.qos.ecn, "pfc": sc.qos.pfc,
+                "profiles": [_class_profile(c) for c in sc.classes]},
+        "asserts": asserts(sc),
     }
     out["dilation"] = dilation_of(sc)
     if sc.qos.pfc:

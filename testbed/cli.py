@@ -1,6 +1,5 @@
-"""Command line: `python -m testbed run NAME [--set section.field=value ...]`, `check NAME [--set ...]`,
-`analyze RUN_DIR`, `list`, `clean`. Exit codes: 0 ok, 1 the run failed or regressed, 2 bad input, 3 busy, 4 inconclusive
-(nothing failed, but the emulation did not run faithfully, or too little was busy to judge it)."""
+"""Command line: `testbed run NAME|FILE.toml [--set KEY=VALUE ...]`, `check`, `analyze RUN_DIR`, `list`,
+`clean` and the rest (main's parser). Exit codes: EXIT_CODES."""
 from __future__ import annotations
 
 import argparse
@@ -15,8 +14,23 @@ from rich.table import Table
 
 import signal
 
-from testbed.errors import Busy, InputError, RunFailed, Terminated, on_signal
+from testbed.errors import Busy, InputError, RunFailed, SetupError, Terminated, on_signal
 from testbed.runfolder import RunFolder
+
+EXIT_CODES = {
+    0: "ok",
+    1: "the run failed or regressed (lost packets, an incomplete collective, a component died, a broken "
+       "expectation, a metric beyond its baseline's limit)",
+    2: "bad input: the message names the file (or --set) and the field; nothing was started",
+    3: "another run holds the machine",
+    4: "inconclusive: nothing failed, but the emulation did not run the fabric faithfully, or too little was "
+       "busy to judge it",
+    5: "setup: this machine or tree cannot start what was asked (not root, Open vSwitch not answering, "
+       "objects of the same name already there, a dirty tree for a baseline, too few runs for a spread)",
+    130: "interrupted (Ctrl-C); everything the run created was removed",
+    143: "terminated (SIGTERM); everything the run created was removed",
+}
+NEEDS_ROOT = "emulation needs root (Mininet, Open vSwitch, namespaces)"
 
 # Logs and CI capture output without a terminal, where rich would fold tables at 80 columns.
 console = Console(stderr=False, width=None if sys.stdout.isatty() else 140)
@@ -154,7 +168,7 @@ def cmd_calibrate(args) -> int:
     from testbed.scenario import load_scenario
     sc = load_scenario(args.name, args.set)
     if os.geteuid() != 0:
-        raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
+        raise SetupError(NEEDS_ROOT)
     cal = calibrate(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"))
     console.print(f"{args.name}: {sc.fabric.topology} kept up at {cal['faithful_mbps']:g} Mb/s "
                   f"({cal['frame_bytes']} B payloads, {cal['spare_cores']:.2f} cores spare); cached in {cal['file']}")
@@ -191,7 +205,7 @@ def _run_and_analyze(name: str, sets: list[str], slower: float = 1.0) -> tuple[P
     from testbed.scenario import load_scenario
     sc = load_scenario(name, sets)
     if os.geteuid() != 0:
-        raise RunFailed("emulation needs root (Mininet, Open vSwitch, namespaces)")
+        raise SetupError(NEEDS_ROOT)
     run_dir = run_with_progress(resolve(sc, slower=slower))
     return run_dir, analysis.analyze(run_dir)
 
@@ -232,10 +246,10 @@ def cmd_baseline(args) -> int:
         from testbed.run.probe import git_commit
         why = regress.unrecordable(git_commit())
         if why:  # before anything runs
-            raise RunFailed(f"baselines are recorded only from a clean tree: {why}")
+            raise SetupError(f"baselines are recorded only from a clean tree: {why}")
         run_dir, summary = _run_faithfully(args.name, [])
-    if summary["scenario"] != args.name:
-        raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {args.name}")
+    if summary["scenario"] != sc.name:
+        raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {sc.name}")
     if summary["status"] not in ("ok", "inconclusive"):
         raise RunFailed(f"{run_dir} is not a clean run (status {summary['status']}): not stored as a baseline")
     if summary["fidelity"]["verdict"] != "kept_up":
@@ -244,7 +258,7 @@ def cmd_baseline(args) -> int:
         return 4
     why = regress.unrecordable(summary.get("git_commit"))
     if why:
-        raise RunFailed(f"{run_dir} is not stored as a baseline: {why}")
+        raise SetupError(f"{run_dir} is not stored as a baseline: {why}")
     # a metric whose limit could never fail guards nothing: not tracked, and said so
     unreachable = limits.unreachable(regress.baseline_of(summary), sc)
     path = regress.save_baseline(summary, untracked=tuple(u.split(":", 1)[0] for u in unreachable))
@@ -272,7 +286,7 @@ def _judge(n: str, sets: list[str], scenario) -> dict:
     for e in s["expectations"]:
         rows.append((e["metric"], f"{e['op']} {_num(e['expected'])}", "", _num(e["actual"]),
                      "ok" if e["ok"] else "regressed" if e["ok"] is False else "not judged"))
-    base = regress.load_baseline(n)
+    base = regress.load_baseline(scenario.name)
     stale = regress.unrecordable(base.get("git_commit")) if base else None
     if stale:
         console.print(f"[yellow]{n}: its baseline ({base['run_id']}) is not of a clean commit: {stale}; "
@@ -380,21 +394,95 @@ def cmd_spread(args) -> int:
     from testbed.regress import baselines as regress
     from testbed.run.runner import RESULTS_DIR
     from testbed.scenario import load_scenario
-    load_scenario(args.name)
-    roots = [Path(r) for r in args.runs] or [RESULTS_DIR / args.name]
+    name = load_scenario(args.name).name
+    roots = [Path(r) for r in args.runs] or [RESULTS_DIR / name]
     summaries = []
     for root in roots:
         for f in sorted(root.glob("**/summary.json")):
             s = json.loads(f.read_text())
-            if s.get("scenario") == args.name:
+            if s.get("scenario") == name:
                 summaries.append(s)
     stats = regress.spread(summaries)
     n = max((st["runs"] for st in stats.values() if st["class"] == "performance"), default=0)
     console.print(f"{args.name}: {len(summaries)} runs, {n} faithful and ok")
     if n < regress.MIN_SPREAD_RUNS:
-        raise RunFailed(f"{n} faithful runs of {args.name}: a spread needs {regress.MIN_SPREAD_RUNS} or more")
+        raise SetupError(f"{n} faithful runs of {args.name}: a spread needs {regress.MIN_SPREAD_RUNS} or more")
     commits = sorted({s.get("git_commit") or "?" for s in summaries})
     print(regress.tolerance_toml(stats, commits))
+    return 0
+
+
+def _summaries_in(target: str) -> list[dict]:
+    """The runs a compare argument names: a run folder, or every run folder under a folder."""
+    from testbed.analysis import summary as analysis
+    root = Path(target)
+    dirs = [root] if RunFolder(root).manifest.is_file() else sorted(p.parent for p in root.glob("**/manifest.json"))
+    if not dirs:
+        raise InputError(target, None, "neither a run folder (no manifest.json) nor a folder holding runs")
+    out = []
+    for d in dirs:
+        f = d / "summary.json"
+        out.append(json.loads(f.read_text()) if f.is_file() else analysis.analyze(d))
+    return out
+
+
+def _measured_spreads(name: str) -> dict[str, float]:
+    """The scenario's [[tolerance]] tables (its measured run-to-run spread), if it is one of ours."""
+    from testbed.scenario import load_scenario
+    try:
+        return {t.metric: t.abs for t in load_scenario(name).tolerance}
+    except InputError:
+        return {}
+
+
+def cmd_compare(args) -> int:
+    """Two runs or two groups of runs side by side, or a scenario under two --set variants run -n
+    times each (interleaved, A then B, so that the machine's drift falls on both): which metrics
+    differ beyond the run-to-run spread (testbed.regress.compare)."""
+    from testbed.analysis.document import to_console, to_html
+    from testbed.regress import compare
+    from testbed.scenario import load_scenario
+    if len(args.targets) == 2:
+        if args.a or args.b or args.set or args.runs is not None:
+            raise InputError("compare", None, "two run folders are compared as they are: --a, --b, --set and -n "
+                             "belong to a scenario run here (compare NAME --a KEY=VALUE --b KEY=VALUE)")
+        groups = [_summaries_in(t) for t in args.targets]
+        labels = list(args.targets)
+    elif len(args.targets) == 1:
+        if not args.a and not args.b:
+            raise InputError("compare", None, "one scenario needs its two variants: --a KEY=VALUE and/or "
+                             "--b KEY=VALUE (each a --set; a side without one runs the file as it is)")
+        n = 5 if args.runs is None else args.runs
+        if n < 1:
+            raise InputError("compare", "-n", f"expected at least 1 run a side, got {n}")
+        name = args.targets[0]
+        sets = {"A": args.set + args.a, "B": args.set + args.b}
+        for side in sets:  # bad input before anything runs
+            load_scenario(name, sets[side])
+        if os.geteuid() != 0:
+            raise SetupError(NEEDS_ROOT)
+        groups, labels = [[], []], [" ".join(args.a) or "as the file is", " ".join(args.b) or "as the file is"]
+        for i in range(n):
+            for k, side in enumerate(("A", "B")):
+                console.print(f"[dim]compare: {side} run {i + 1} of {n} ({escape(labels[k])})[/]")
+                run_dir, summary = _run_faithfully(name, sets[side])
+                groups[k].append(summary)
+    else:
+        raise InputError("compare", None, "expected two run folders (or folders of runs), or one scenario")
+    spreads = _measured_spreads(groups[0][0]["scenario"]) if groups[0] else {}
+    rows = compare.compare_groups(groups[0], groups[1], spreads)
+    sides = [{"label": lab, "runs": len(g), "faithful": sum(s["fidelity"]["verdict"] == "kept_up" for s in g),
+              "run_ids": [s["run_id"] for s in g]} for lab, g in zip(labels, groups)]
+    doc = compare.document(rows, sides[0], sides[1])
+    if args.json:
+        print(json.dumps({"compare_version": compare.COMPARE_VERSION, "a": sides[0], "b": sides[1],
+                          "rows": [r.to_dict() for r in rows]}))
+    else:
+        to_console(doc, console)
+    if args.html:
+        Path(args.html).write_text(to_html(doc, Path(".")))
+        if not args.json:
+            console.print(f"written: {args.html}")
     return 0
 
 
@@ -437,6 +525,31 @@ def cmd_check(args) -> int:
     else:
         qtxt += "off"
     t.add_row("port QoS", qtxt)
+    for c in q["profiles"]:
+        words = [f"DSCP {','.join(map(str, c['dscp'])) or '-'}{' and every other' if c['default'] else ''}",
+                 f"weight {c['weight']}", f"buffer {c['buffer_bytes'] or 'fabric.queue_limit_bytes'}"]
+        if c["ecn"] and q["ecn"]:
+            words.append(f"ECN Kmin {c['ecn']['ecn_kmin_bytes']} B, Kmax {c['ecn']['ecn_kmax_bytes']} B, "
+                         f"Pmax {c['ecn']['ecn_pmax']:g}")
+        if c["pfc"] and q["pfc"]:
+            words.append("PFC " + ", ".join(f"{k.removesuffix('_bytes').upper()} {v or 'derived'}"
+                                            for k, v in c["pfc"].items()))
+        t.add_row(f"  class {escape(c['name'])}", "; ".join(words))
+    a = d["asserts"]
+    for f in a["faults"]:
+        what = f["link"] or f["switch"]
+        t.add_row("fault", f"{f['action']}{' ' + what if what else ''} at {f['at_s'] * 1e6:.4g} us of hardware time")
+    for c in a["policy_changes"]:
+        t.add_row("policy change", f"class {c['class_name']}: {c['field']} = {c['value']} at "
+                                   f"{c['at_s'] * 1e6:.4g} us of hardware time")
+    for e in a["expectations"]:
+        t.add_row("expects", escape(f"{e['metric']} {e['op']} {e.get('than') or e.get('value')}"))
+    b = a["baseline"]
+    t.add_row("regression", ("left out of the suite: " + escape(a["regress_skip"])) if not a["in_regression_suite"]
+              else "in the suite, " + (f"against baseline {b['run_id']} (commit {(b['git_commit'] or '?')[:8]}, "
+                                       f"D = {b['dilation_factor']:g}): {b['metrics']} metrics, "
+                                       f"{b['measured_tolerances']} with measured tolerances" if b
+                                       else "against its expectations only (no baseline recorded)"))
     t.add_row("on this machine", f"{m['datapath']}, receive steering: {m['receive_steering']}, {m['cpus']} CPUs")
     console.print(t)
     if m["can_run_here"]:
@@ -471,16 +584,21 @@ def main(argv=None) -> int:
     # background would otherwise have us ignore SIGINT).
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    ap = argparse.ArgumentParser(prog="testbed")
+    ap = argparse.ArgumentParser(
+        prog="testbed", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Packet-level emulation of AI-training fabrics: run a scenario, judge it, regress a suite.",
+        epilog="NAME is a scenario in scenarios/ or a path to a .toml file. --set KEY=VALUE changes one field: "
+               "section.field, classes.<name>.<field>, jobs.<name>[.workload].<field>, faults.<n>.<field>, "
+               "policy_changes.<n>.<field>.\n\nexit codes:\n" + "\n".join(f"  {c:>3}  {w}" for c, w in EXIT_CODES.items()))
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("run", help="run a scenario from scenarios/")
+    p = sub.add_parser("run", help="run a scenario (a name in scenarios/, or a path to a .toml file)")
     p.add_argument("name")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("calibrate", help="measure the emulated rate this machine carries a scenario's fabric at "
                                          "faithfully (what run.dilation = \"auto\" divides by); cached")
     p.add_argument("name")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("analyze", help="(re)analyse a run folder, or a scenario's latest run")
     p.add_argument("run", metavar="RUN_DIR|NAME")
@@ -491,7 +609,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_baseline)
     p = sub.add_parser("regress", help="run regression scenarios against expectations and baselines")
     p.add_argument("names", nargs="*")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--sabotage", nargs="?", const="", default=None, metavar="NAME[,NAME]",
                    help="run the sabotages (all, or these) instead: each breaks one policy, and must be caught")
     p.set_defaults(func=cmd_regress)
@@ -499,9 +617,20 @@ def main(argv=None) -> int:
     p.add_argument("name")
     p.add_argument("runs", nargs="*", metavar="RESULTS_DIR", help="folders holding its runs (default: results/NAME)")
     p.set_defaults(func=cmd_spread)
+    p = sub.add_parser("compare", help="policy A or B? two runs, two folders of runs, or one scenario under two "
+                                       "--set variants run -n times each: key metrics side by side, and which "
+                                       "differ beyond the run-to-run spread")
+    p.add_argument("targets", nargs="+", metavar="RUN_DIR|RESULTS_DIR|NAME")
+    p.add_argument("--a", action="append", default=[], metavar="KEY=VALUE", help="variant A's --set")
+    p.add_argument("--b", action="append", default=[], metavar="KEY=VALUE", help="variant B's --set")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="both variants' --set")
+    p.add_argument("-n", "--runs", type=int, default=None, help="runs of each variant (default 5)")
+    p.add_argument("--html", metavar="FILE", help="also write the comparison as an HTML page")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("check", help="validate a scenario and show what a run would build and do (no root)")
     p.add_argument("name")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.set_defaults(func=cmd_check)
     sub.add_parser("list", help="list scenarios").set_defaults(func=cmd_list)
@@ -514,10 +643,14 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except InputError as e:
-        console.print(f"[bold red]error[/]: {e}", highlight=False)
+        # escaped: a message quotes the file's own text, where brackets ([[classes]]) are not markup
+        console.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False)
         return InputError.exit_code
+    except SetupError as e:
+        console.print(f"[bold red]cannot start[/]: {escape(str(e))} (exit {SetupError.exit_code})", highlight=False)
+        return SetupError.exit_code
     except (RunFailed, Busy) as e:
-        console.print(f"[bold red]failed[/]: {e}", highlight=False)
+        console.print(f"[bold red]failed[/]: {escape(str(e))}", highlight=False)
         return e.exit_code
     except Terminated:  # before KeyboardInterrupt, its base class
         console.print("terminated; everything the run created was removed")

@@ -1,6 +1,7 @@
 """Errors users can act on. InputError means bad input: exit code 2, nothing started."""
 from __future__ import annotations
 
+import difflib
 import signal
 import sys
 
@@ -12,6 +13,20 @@ class InputError(Exception):
     def __init__(self, where: str, field: str | None, message: str):
         self.where, self.field, self.message = where, field, message
         super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+
+
+def did_you_mean(word: str, options) -> str:
+    """'; did you mean X?' for the option closest to a misspelled word, or nothing."""
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class SetupError(Exception):
+    """What was asked cannot start on this machine or tree as it is: not root, Open vSwitch not
+    answering, objects of the same name already there, a dirty tree for a baseline, too few runs
+    for a spread. Nothing about the scenario or the policy: its own exit code, apart from a
+    regression (1) and bad input (2)."""
+    exit_code = 5
 
 
 class RunFailed(Exception):

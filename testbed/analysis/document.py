@@ -364,7 +364,8 @@ def to_console(bl: list[tuple], console) -> None:
             headed = any(b[1])
             t = Table(show_header=headed, box=box.SIMPLE_HEAD if headed else None, pad_edge=False)
             for i, h in enumerate(b[1]):
-                t.add_column(h, justify="left" if i == 0 else "right")
+                # a name folds rather than loses its end (two metrics differ only there)
+                t.add_column(h, justify="left" if i == 0 else "right", overflow="fold" if i == 0 else "ellipsis")
             for r in b[2]:
                 t.add_row(*(str(c) for c in r))
             console.print(t)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.built import stale_build
-from testbed.errors import RunFailed
+from testbed.errors import SetupError
 from testbed.paths import BUILD_DIR
 
 SOURCE = Path(__file__).with_name("bpf") / "port_qos.bpf.c"
@@ -48,7 +48,7 @@ HASH_MAPS = ("port_slot", "host_mac")
 PROGRAMS = ("port_enqueue", "port_dequeue", "host_enqueue", "host_dequeue")
 
 
-class BpfUnavailable(RunFailed):
+class BpfUnavailable(SetupError):
     pass
 
 

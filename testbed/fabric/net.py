@@ -22,7 +22,7 @@ from mininet.node import OVSSwitch, RemoteController
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.errors import RunFailed
+from testbed.errors import RunFailed, SetupError
 from testbed.fabric.ovs import existing_bridges, wait_for_inflight_commands
 from testbed.fabric.ports import PortConfig, PortManager
 from topologies.mn_adapter import to_mininet_topo
@@ -61,14 +61,18 @@ class EmulatedFabric:
 
     def _check_names_free(self) -> None:
         """Mininet's OVSSwitch deletes a same-named bridge before adding its own: refuse instead."""
-        taken = sorted(existing_bridges() & set(self.fabric.switch_by_name))
+        try:
+            present = existing_bridges()
+        except RunFailed as e:  # before anything started: the machine is not set up
+            raise SetupError(str(e)) from None
+        taken = sorted(present & set(self.fabric.switch_by_name))
         if taken:
-            raise RunFailed(f"Open vSwitch bridges {', '.join(taken[:5])} already exist and were not made by "
+            raise SetupError(f"Open vSwitch bridges {', '.join(taken[:5])} already exist and were not made by "
                             f"this run; the testbed will not touch them (rename or remove them first)")
         with IPRoute() as ipr:
             clash = [n for n in self._root_interfaces() if ipr.link_lookup(ifname=n)]
         if clash:
-            raise RunFailed(f"interfaces {', '.join(clash[:5])} already exist; the testbed will not touch them")
+            raise SetupError(f"interfaces {', '.join(clash[:5])} already exist; the testbed will not touch them")
 
     def __enter__(self) -> "EmulatedFabric":
         setLogLevel("error")

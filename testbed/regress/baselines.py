@@ -257,7 +257,8 @@ def judges_something(name: str, directory: Path = BASELINE_DIR) -> bool:
     """Whether a run of the scenario has anything to be judged on: an expectation of its policy, or
     a stored baseline."""
     from testbed.scenario import load_scenario
-    return bool(load_scenario(name).expect) or load_baseline(name, directory) is not None
+    sc = load_scenario(name)
+    return bool(sc.expect) or load_baseline(sc.name, directory) is not None
 
 
 def load_baseline(name: str, directory: Path = BASELINE_DIR) -> dict | None:

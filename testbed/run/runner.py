@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.errors import RunFailed
+from testbed.errors import RunFailed, SetupError
 from testbed.fabric import bpfmaps
 from testbed.fabric import qos
 from testbed.fabric.agent_plan import AgentPlan, QueueSpec
@@ -64,8 +64,8 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
     with RunLock(run_id, f"scenario {sc.name}"):
         too_small = probe.socket_buffers_too_small()
         if too_small:
-            raise RunFailed(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
-                            f"(run `make setup`, which raises them)")
+            raise SetupError(f"{'; '.join(too_small)}: ovs-vswitchd would drop packets silently "
+                             f"(run `make setup`, which raises them)")
         bpfmaps.require_object()
         nic.require_built()
         clean_stale(log=log)

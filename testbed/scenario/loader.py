@@ -11,13 +11,14 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import InputError
+from testbed.errors import InputError, did_you_mean
 from testbed.metrics import DERIVED, TRACKED, tolerance_of
 from testbed.scenario.schema import (DEFAULT_CLASSES, READABLE_VERSIONS, Dilation, JobSpec, MAX_CLASSES, POLICY_FIELDS,
                                      SECTIONS,
                                      TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ExpectSpec, FaultSpec, PolicyChangeSpec,
                                      DcqcnSpec, Scenario, ToleranceSpec, WorkloadSpec, build_fabric,
                                      dcqcn_reference_rates)
+from testbed.scenario.overrides import apply_overrides
 from testbed.traffic.workload import grid_width, job_fabric, trace_messages
 from testbed.units import parse_bytes
 from testbed.wire import HEADER_BYTES
@@ -93,7 +94,7 @@ def _build_section(where: str, section: str, cls, table: Any):
     for key in table:
         if key not in fields:
             raise InputError(where, f"{section}.{key}",
-                             f"unknown field; expected one of {', '.join(fields)}")
+                             f"unknown field{did_you_mean(key, fields)}; expected one of {', '.join(fields)}")
     values = {k: _check_value(where, f"{section}.{k}", v, fields[k].metadata) for k, v in table.items()}
     return cls(**values)
 
@@ -308,25 +309,11 @@ def _check_tolerance(where: str, i: int, t: ToleranceSpec) -> ToleranceSpec:
     return t
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """`section.field=value`; the value is read as TOML (numbers, lists, booleans) or else as a string."""
-    if "=" not in text:
-        raise InputError("--set", text, "expected section.field=value")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if key.count(".") != 1 or key.split(".")[0] not in SECTIONS:
-        raise InputError("--set", key, f"expected <section>.<field> with section one of {', '.join(SECTIONS)}")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key, value
-
-
 def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[str] = ()) -> Scenario:
     for key in doc:
         if key not in TOP_LEVEL:
-            raise InputError(where, key, f"unknown field; expected one of {', '.join(sorted(TOP_LEVEL))}")
+            raise InputError(where, key, f"unknown field{did_you_mean(key, TOP_LEVEL)}; expected one of "
+                             f"{', '.join(sorted(TOP_LEVEL))}")
     # a file without a version predates hardware time: version 1
     version = doc.get("scenario_version", 1)
     if version not in READABLE_VERSIONS:
@@ -346,28 +333,30 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     classes_doc = doc.get("classes")
     if classes_doc is not None and not isinstance(classes_doc, list):
         raise InputError(where, "classes", "expected an array of tables [[classes]]")
-    for text in overrides:
-        key, value = parse_override(text)
-        section, fname = key.split(".")
-        if not isinstance(tables[section], dict):
-            break  # the file's own error is reported below
-        if fname not in {f.name for f in dataclasses.fields(SECTIONS[section])}:
-            raise InputError("--set", key, f"unknown field; expected one of "
-                             f"{', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
-        tables[section][fname] = value
+    arrays = {"classes": None if classes_doc is None else list(classes_doc), "jobs": doc.get("jobs", []),
+              "faults": list(faults_doc), "policy_changes": doc.get("policy_changes", [])}
+    arrays = {k: list(v) if isinstance(v, list) else v for k, v in arrays.items()}
+    set_here = apply_overrides(overrides, tables, arrays)
     _check_version_fields(where, version, tables, overrides)
+    try:
+        return _build(name, doc, where, version, tables, arrays)
+    except InputError as e:
+        # a value the command line set is named as the user wrote it
+        if e.where == where and e.field in set_here:
+            raise InputError("--set", set_here[e.field], e.message) from None
+        raise
+
+
+def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays: dict) -> Scenario:
+    description, regress_skip = doc.get("description", ""), doc.get("regress_skip", "")
+    faults_doc, classes_doc = arrays["faults"], arrays["classes"]
     built = {}
     for section, cls in SECTIONS.items():
-        try:
-            built[section] = _build_section(where, section, cls, tables[section])
-        except InputError as e:
-            if overrides and any(o.split("=", 1)[0].strip() == e.field for o in overrides):
-                raise InputError("--set", e.field, e.message) from None
-            raise
+        built[section] = _build_section(where, section, cls, tables[section])
     faults = tuple(_build_section(where, f"faults[{i}]", FaultSpec, t) for i, t in enumerate(faults_doc))
     classes = DEFAULT_CLASSES if classes_doc is None else tuple(
         _build_section(where, f"classes[{i}]", ClassSpec, t) for i, t in enumerate(classes_doc))
-    changes_doc = doc.get("policy_changes", [])
+    changes_doc = arrays["policy_changes"]
     if not isinstance(changes_doc, list):
         raise InputError(where, "policy_changes", "expected an array of tables [[policy_changes]]")
     changes = tuple(_build_section(where, f"policy_changes[{i}]", PolicyChangeSpec, t)
@@ -383,7 +372,7 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
         raise InputError(where, "tolerance", "expected an array of tables [[tolerance]]")
     tolerance = tuple(_check_tolerance(where, i, _build_section(where, f"tolerance[{i}]", ToleranceSpec, t))
                       for i, t in enumerate(tol_doc))
-    jobs = _jobs(where, doc.get("jobs", []))
+    jobs = _jobs(where, arrays["jobs"])
     built, dilation = _hardware_view(version, built, tables)
     built = {**built, "dcqcn": _reference_rates(built["dcqcn"], tables["dcqcn"])}
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
@@ -536,25 +525,38 @@ def _jobs(where: str, jobs_doc: Any) -> tuple[JobSpec, ...]:
 
 
 def scenario_path(name: str) -> Path:
+    """A scenario's file: a name in scenarios/ (allreduce-torus), or a path to a .toml file anywhere
+    (./my-policy.toml), whose stem then names its runs and its baseline."""
+    if isinstance(name, str) and name.endswith(".toml"):
+        path = Path(name)
+        if not path.is_file():
+            raise InputError(name, None, "no such scenario file")
+        if not _NAME_RE.match(path.stem):
+            raise InputError(name, None, f"the file's name {path.stem!r} names its runs and its baseline: "
+                             "lower-case letters, digits, - and _ only")
+        return path
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise InputError("NAME", None, f"{name!r} is not a scenario name (letters, digits, - and _ only)")
+        raise InputError("NAME", None, f"{name!r} is neither a scenario name (letters, digits, - and _ only) nor "
+                         "a path to a .toml file")
     path = SCENARIO_DIR / f"{name}.toml"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in SCENARIO_DIR.glob("*.toml")))
-        raise InputError("NAME", None, f"no scenario {name!r} in scenarios/; known: {known}")
+        known = sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+        raise InputError("NAME", None, f"no scenario {name!r} in {SCENARIO_DIR}{did_you_mean(name, known)} "
+                         f"(a file elsewhere is given by its path, ending in .toml); known: {', '.join(known)}")
     return path
 
 
 def load_scenario(name: str, overrides: list[str] = ()) -> Scenario:
+    """A scenario by name or by path (scenario_path), with --set overrides."""
     path = scenario_path(name)
-    where = f"scenarios/{path.name}"
+    where = f"scenarios/{path.name}" if path.parent.resolve() == SCENARIO_DIR.resolve() else str(path)
     try:
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise InputError(where, None, f"not valid TOML: {e}") from None
     except UnicodeDecodeError as e:
         raise InputError(where, None, f"not UTF-8 text: {e}") from None
-    return load_document(name, doc, where, overrides)
+    return load_document(path.stem, doc, where, overrides)
 
 
 def list_scenarios() -> list[str]:

@@ -71,3 +71,20 @@ def test_routing_without_the_dateline_is_caught(tmp_path):
     assert {"qos.pfc.deadlocked", "collective.iterations_complete"} <= set(failed), s["expectations"]
     assert failed["qos.pfc.deadlocked"]["actual"] is True and failed["collective.iterations_complete"]["actual"] == 0
     assert all(e["class"] == "policy" for e in failed.values())
+
+
+def test_compare_tells_two_ecn_thresholds_apart(tmp_path):
+    # policy A: incast-ecn as shipped (RED from 100 KB to 400 KB); policy B marks from 20 KB to
+    # 100 KB. The queue ramps to ~1.5 MB each iteration either way (no congestion control), so B
+    # marks the ECT packets A lets through below 400 KB: ~180 more of 1152 (A 872-891 over 24 runs).
+    # One run a side, judged by incast-ecn's measured spread; marks are a policy metric, judged
+    # whether or not the machine kept up
+    out = run_cli(tmp_path, "compare", "incast-ecn", "--b", "classes.roce.ecn_kmin_bytes=20KB",
+                  "--b", "classes.roce.ecn_kmax_bytes=100KB", "-n", "1", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    d = json.loads([l for l in out.stdout.splitlines() if l.startswith('{"compare_version"')][-1])
+    rows = {r["metric"]: r for r in d["rows"]}
+    marked = rows["qos.ecn.marked"]
+    assert marked["verdict"] == "B higher" and "measured spread" in marked["why"], marked
+    assert rows["packets.lost"]["verdict"] == "same", rows["packets.lost"]
+    assert d["a"]["runs"] == d["b"]["runs"] == 1

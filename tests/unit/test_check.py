@@ -69,3 +69,24 @@ def test_a_trace_is_bound_by_its_busiest_nic_without_its_compute():
             Message(3, 0, 0, "a", "a", 0, (), op="compute", tag="compute", duration_ns=10**9)]
     bound, formula, terms = planned_bound("chakra", 3, 0, 1e6, msgs)
     assert bound == 1_500_000 * 8 / 1e6 and terms is None and "busiest NIC" in formula
+
+
+def test_check_shows_what_a_run_asserts_faults_expectations_profiles_and_baseline():
+    out = check("linkfail-torus3d", "--json")
+    assert out.returncode == 0, out.stderr
+    a = json.loads(out.stdout)["asserts"]
+    assert [(f["action"], f["link"], f["at_s"]) for f in a["faults"]] == [
+        ("link_down", "s0_0_1-s0_0_2", 0.00025), ("link_up", "s0_0_1-s0_0_2", 0.0012)]
+    assert {"metric": "packets.lost", "op": "<=", "than": "packets.lost_on_failed_links"} in a["expectations"]
+    stored = json.loads((ROOT / "baselines" / "linkfail-torus3d.json").read_text())
+    assert a["baseline"]["run_id"] == stored["run_id"] and a["baseline"]["metrics"] == len(stored["metrics"])
+    assert a["in_regression_suite"] and a["regress_skip"] is None
+    # each class's profile as the run would apply it, --set included
+    out = check("incast-ecn", "--json", "--set", "classes.roce.ecn_kmin_bytes=50KB")
+    profiles = {c["name"]: c for c in json.loads(out.stdout)["qos"]["profiles"]}
+    assert profiles["roce"]["ecn"] == {"ecn_kmin_bytes": 50000, "ecn_kmax_bytes": 400000, "ecn_pmax": 0.2}
+    assert profiles["bulk"]["ecn"] is None and profiles["bulk"]["default"]
+    # and the table says the same in words
+    out = check("incast-ecn", "--set", "classes.roce.ecn_kmin_bytes=50KB")
+    text = " ".join(out.stdout.split())
+    assert "ECN Kmin 50000 B, Kmax 400000 B, Pmax 0.2" in text and "expects │ qos.ecn.marked > 0" in text, text

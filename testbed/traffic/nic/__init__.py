@@ -8,7 +8,7 @@ import ctypes as C
 from pathlib import Path
 
 from testbed.built import stale_build
-from testbed.errors import RunFailed
+from testbed.errors import SetupError
 from testbed.paths import BUILD_DIR
 
 LIBRARY = BUILD_DIR / "libnicdp.so"
@@ -100,7 +100,7 @@ class Result(C.Structure):
 _lib = None
 
 
-class NotBuilt(RunFailed):
+class NotBuilt(SetupError):
     pass
 
 

@@ -1,0 +1,57 @@
+"""The command line's exit codes and messages: a setup problem apart from a regression (1) and bad
+input (2), every code listed in --help, error text printed as written (issue 27, item 5-6)."""
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed.cli import EXIT_CODES
+from testbed.errors import Busy, InputError, RunFailed, SetupError, Terminated
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_every_exit_code_is_distinct_and_listed_in_help():
+    codes = [RunFailed.exit_code, InputError.exit_code, Busy.exit_code, SetupError.exit_code, Terminated.exit_code]
+    assert len(set(codes)) == len(codes) and set(codes) <= set(EXIT_CODES)
+    out = cli("--help")
+    assert out.returncode == 0
+    for code in EXIT_CODES:
+        assert f"  {code:>3}  " in out.stdout, out.stdout
+
+
+def test_too_few_runs_for_a_spread_is_a_setup_problem_not_a_regression(tmp_path):
+    out = cli("spread", "incast-ecn", str(tmp_path))
+    assert out.returncode == SetupError.exit_code == 5, out.stdout + out.stderr
+    assert "a spread needs" in out.stdout
+
+
+def test_error_text_keeps_its_brackets(tmp_path):
+    # rich would read "[[faults]]" as markup and print "[]"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("faults = 1\n")
+    out = cli("check", str(bad))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{bad}: faults: expected an array of tables [[faults]]" in " ".join(out.stdout.split()), out.stdout
+
+
+def test_a_file_from_any_path_is_checked_and_a_misspelling_gets_a_suggestion(tmp_path):
+    mine = tmp_path / "my-ecn.toml"
+    mine.write_text((ROOT / "scenarios" / "incast-ecn.toml").read_text())
+    out = cli("check", str(mine), "--set", "classes.roce.ecn_kmin_bytes=50KB", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = cli("check", str(mine), "--set", "classes.roce.ecn_kmn_bytes=50KB")
+    assert out.returncode == 2 and "did you mean 'ecn_kmin_bytes'?" in out.stdout, out.stdout
+
+
+def test_the_testbed_console_script_is_declared_and_runs_main():
+    from importlib.metadata import entry_points
+    (ep,) = entry_points(group="console_scripts", name="testbed")
+    assert ep.value == "testbed.cli:main"
+    out = subprocess.run([str(Path(sys.executable).parent / "testbed"), "check", "no-such-scenario"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no scenario 'no-such-scenario'" in out.stdout, out.stdout + out.stderr
