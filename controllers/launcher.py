@@ -1,11 +1,14 @@
 """Launch os-ken with the testbed's apps (os-ken 4.x has no manager command).
 
     python -m controllers.launcher --port 16653 --app proactive_routing --app qos_policy \
-        --fabric fabric.json --scenario scenario.json --events events.jsonl [--param agent_socket=NAME]
+        [--app-file path/to/my_app.py ...] --fabric fabric.json --scenario scenario.json \
+        --events events.jsonl [--param agent_socket=NAME]
 
 The OpenFlow listener binds to 127.0.0.1 only. Apps receive a ``testbed`` context: the fabric, the
 resolved scenario (loaded once, here: every app reads its settings from it, the one channel they
-share), the event log, and the run's wiring parameters (the agent's socket name).
+share), the event log, the run's wiring parameters (the agent's socket name) and ``ready``. The
+apps of --app-file (a scenario's controller.apps) are os-ken apps in files anywhere; the event log's
+``plugin_apps`` names them, and the run waits for each one's ``app_ready`` (docs/controller-apps.md).
 """
 from __future__ import annotations
 
@@ -32,11 +35,17 @@ class AppSettings:
     events: EventLog
     params: dict = field(default_factory=dict)
 
+    def ready(self, app) -> None:
+        """What an app calls once whatever it sets up before traffic is in place: the run starts its
+        traffic only when every app of the scenario's own has."""
+        self.events.write("app_ready", app=app.name)
+
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="controllers.launcher")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--app", choices=APPS, action="append", required=True, help="an app to run (repeatable)")
+    ap.add_argument("--app", choices=APPS, action="append", default=[], help="a built-in app to run (repeatable)")
+    ap.add_argument("--app-file", action="append", default=[], help="an os-ken app in a file of its own (repeatable)")
     ap.add_argument("--fabric", required=True, help="fabric description (JSON, topologies.model)")
     ap.add_argument("--scenario", required=True, help="the resolved scenario (JSON, Scenario.to_dict)")
     ap.add_argument("--events", required=True, help="event log to append to (JSON lines)")
@@ -71,10 +80,14 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, stop)
 
     mgr = AppManager.get_instance()
-    mgr.load_apps([f"controllers.{app}" for app in args.app])
+    mgr.load_apps([f"controllers.{app}" for app in args.app] + [os.path.abspath(p) for p in args.app_file])
     contexts = mgr.create_contexts()
     contexts["testbed"] = settings
     threads = mgr.instantiate_apps(**contexts)
+    # os-ken imports a file as a module named by its stem
+    stems = {os.path.splitext(os.path.basename(p))[0]: p for p in args.app_file}
+    events.write("plugin_apps", apps=[{"app": name, "file": stems[type(app).__module__]}
+                                      for name, app in mgr.applications.items() if type(app).__module__ in stems])
     events.write("controller_listening", host=LISTEN_HOST, port=args.port, pid=os.getpid())
     for t in threads:
         t.join()

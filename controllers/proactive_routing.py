@@ -21,36 +21,20 @@ workload's DSCP after the dateline), and qos.pfc_accounting (ingress: the tags).
 """
 from __future__ import annotations
 
-import functools
 import time
-import traceback
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
+from controllers.api import EventRoutesChanged, RoutesReady, logged_errors
 from controllers.flows import (add_select_group, barrier, delete_flow_strict, delete_flows, delete_groups,
                                install_ingress_tags, install_rule)
-from controllers.route_events import EventRoutesChanged
 from controllers.rules import ROUTE_TABLE, ingress_tags, rules_for, tenant_tags
 from testbed.fabric.qos import switch_port_slots
 from testbed.fabric.routing import compute_routes
 from testbed.fabric.tenants import host_vids
-
-
-def logged_errors(handler):
-    """An exception in a handler goes to the event log (the runner fails the run on it) instead
-    of only os-ken's log, where a half-configured switch would otherwise go unnoticed."""
-    @functools.wraps(handler)
-    def wrapper(self, ev):
-        try:
-            return handler(self, ev)
-        except Exception as e:
-            self.event_log.write("app_error", handler=handler.__name__, error=repr(e),
-                                 traceback=traceback.format_exc())
-            raise
-    return wrapper
 
 
 class ProactiveRouting(app_manager.OSKenApp):
@@ -79,8 +63,7 @@ class ProactiveRouting(app_manager.OSKenApp):
         self.switch_by_dpid = {s.dpid: s for s in self.fabric.switches}
         self.datapaths: dict[int, object] = {}
         self.groups: dict[int, dict[tuple[int, ...], int]] = {}
-        self.barrier_xid: dict[int, int] = {}
-        self.ready: set[int] = set()
+        self.readiness = RoutesReady(self.fabric, self.event_log)
         self.pending_reroute: dict[int, int] = {}   # dpid -> barrier xid of a reroute
         self.reroute_started_ns = 0
         self.event_log.write("app_started", app="proactive_routing", routing=self.routing,
@@ -139,7 +122,7 @@ class ProactiveRouting(app_manager.OSKenApp):
             install_ingress_tags(dp, ingress_tags(self.fabric, sw.name, self.slots) if self.ingress_tags else [],
                                  then_table=ROUTE_TABLE, tenants=tenant_tags(self.fabric, sw.name, self.vids))
         n = sum(len(self._install_host(dp, sw.name, h.name)) for h in self.fabric.hosts)
-        self.barrier_xid[dp.id] = barrier(dp)
+        self.readiness.sent(dp)
         self.event_log.write("switch_rules_sent", switch=sw.name, rules=n)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
@@ -151,12 +134,7 @@ class ProactiveRouting(app_manager.OSKenApp):
             if not self.pending_reroute:
                 self.event_log.write("reroute_done", duration_ms=(time.monotonic_ns() - self.reroute_started_ns) / 1e6)
             return
-        if self.barrier_xid.get(dp.id) != ev.msg.xid or dp.id in self.ready:
-            return
-        self.ready.add(dp.id)
-        self.event_log.write("switch_ready", switch=self.switch_by_dpid[dp.id].name)
-        if len(self.ready) == len(self.switch_by_dpid):
-            self.event_log.write("routes_ready", switches=len(self.ready))
+        self.readiness.reply(ev)
 
     # -- failures -------------------------------------------------------------------------------
 
@@ -216,7 +194,7 @@ class ProactiveRouting(app_manager.OSKenApp):
     def switch_gone(self, ev):
         dp = ev.datapath
         if dp.id is not None:
-            self.ready.discard(dp.id)
+            self.readiness.gone(dp.id)
             self.datapaths.pop(dp.id, None)
             sw = self.switch_by_dpid.get(dp.id)
             self.event_log.write("switch_disconnected", dpid=dp.id, switch=sw.name if sw else None)

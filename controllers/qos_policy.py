@@ -13,7 +13,12 @@ firings) to the controller's event log. The scenario's [[policy_changes]] are it
 decisions: at each change's time after traffic starts it recomputes the policy and sends the
 queues that changed.
 
-The scenario comes from the launcher (the resolved scenario both apps read); parameters:
+Other apps set the policy through it (controllers.api): an EventSetQueuePolicy request changes one
+field of a class on every port, or on one switch port, checked as a scenario file's value is; it
+goes with the first policy if the agent has not connected yet, else at once as an update. Every
+report of the agent is published to them as an EventAgentReport.
+
+The scenario comes from the launcher (the resolved scenario every app reads); parameters:
 agent_socket=<abstract socket name>.
 """
 from __future__ import annotations
@@ -27,15 +32,19 @@ from os_ken.base import app_manager
 from os_ken.controller.handler import set_ev_cls
 from os_ken.lib import hub
 
-from controllers.route_events import EventRoutesChanged
+from controllers.api import EventAgentReport, EventRoutesChanged, EventSetQueuePolicy, EventSetQueuePolicyReply
+from testbed.errors import InputError
 from testbed.fabric import qos
 from testbed.fabric.agent_link import PolicyMessage, PolicyUpdate, TrafficStarted, decode, encode
 from testbed.fabric.routing import compute_routes
+from testbed.scenario import POLICY_FIELDS, check_class_value
 
 ACCEPT_TIMEOUT_S = 600.0
 
 
 class QosPolicy(app_manager.OSKenApp):
+    _EVENTS = [EventAgentReport]   # every report of the switch agent, to the apps that subscribe
+
     def __init__(self, *args, testbed, **kwargs):
         super().__init__(*args, **kwargs)
         self.event_log = testbed.events
@@ -45,6 +54,8 @@ class QosPolicy(app_manager.OSKenApp):
         # the routes at start, as the routing app computes them; its EventRoutesChanged replaces them
         self.table = compute_routes(self.fabric, self.sc.controller.routing)
         self._new_routes = None   # from the app's event thread to the agent link's thread
+        self.port_settings: dict[str, dict] = {}   # queue key -> fields an app set on that port alone
+        self._changed_by_apps = False   # from the app's event thread to the agent link's thread
         # Listening before the launcher reports the controller up: the agent may connect at once.
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind("\0" + params["agent_socket"])
@@ -59,7 +70,7 @@ class QosPolicy(app_manager.OSKenApp):
         try:
             self.listener.settimeout(ACCEPT_TIMEOUT_S)
             conn, _ = self.listener.accept()
-            self.policy = qos.policy(self.sc, self.fabric, self.table)
+            self.policy = self._compute()
             self._sent_pause_map = self.policy.pause_map
             self._send(conn, PolicyMessage(self.policy))
             self.event_log.write("qos_policy_sent", scheduling=self.sc.qos.scheduling,
@@ -90,12 +101,17 @@ class QosPolicy(app_manager.OSKenApp):
                 if isinstance(msg, TrafficStarted):
                     started_ns = msg.t_ns
                 self.event_log.write(f"qos_{msg.TYPE}", **msg.body())
+                self.send_event_to_observers(EventAgentReport(msg.TYPE, msg.body()))
             while pending and started_ns is not None and \
                     time.monotonic_ns() - started_ns >= pending[0].at_s * 1e9:
                 self._change(conn, pending.pop(0))
             if self._new_routes is not None:
                 routes, self._new_routes = self._new_routes, None
                 self._reroute(conn, *routes)
+            if self._changed_by_apps:
+                self._changed_by_apps = False
+                n = self._send_changes(conn, self._compute())
+                self.event_log.write("qos_app_changes_sent", queues_changed=n)
 
     @set_ev_cls(EventRoutesChanged)
     def routes_changed(self, ev):
@@ -107,7 +123,7 @@ class QosPolicy(app_manager.OSKenApp):
         self.table = routes
         if self.policy is None:
             return   # the agent has not connected: its first policy will use these routes
-        new = qos.policy(self.sc, self.fabric, self.table)
+        new = self._compute()
         # stamped before the send: the agent may apply it before this thread writes the line
         # (CI, 2026-12-03, at 10-30% steal: the agent's policy_applied came first)
         sent_ns = time.monotonic_ns()
@@ -130,6 +146,49 @@ class QosPolicy(app_manager.OSKenApp):
 
     def _change(self, conn, change) -> None:
         self.sc = self.sc.with_class_change(change.class_name, change.field, change.value)
-        changed = self._send_changes(conn, qos.policy(self.sc, self.fabric, self.table))
+        changed = self._send_changes(conn, self._compute())
         self.event_log.write("qos_policy_changed", class_name=change.class_name, field=change.field,
                              value=change.value, queues_changed=changed)
+
+    def _compute(self, sc=None, port_settings=None) -> qos.PortPolicy:
+        """The policy the agent should have: the scenario's classes (with every class-wide change so
+        far) over the current routes, and each port's own settings over its class's."""
+        return qos.with_port_settings(qos.policy(sc or self.sc, self.fabric, self.table),
+                                      self.port_settings if port_settings is None else port_settings)
+
+    @set_ev_cls(EventSetQueuePolicy)
+    def set_queue_policy(self, req):
+        """Another app's change to the policy: checked in full here (the value as a scenario file's,
+        the resulting policy as the agent would take it), answered, and handed to the agent link's
+        thread; a refused one changes nothing."""
+        where = f"{req.src} EventSetQueuePolicy"
+        try:
+            if req.field not in POLICY_FIELDS:
+                raise InputError(where, req.field, f"expected one of {', '.join(POLICY_FIELDS)}")
+            names = [c.name for c in self.sc.classes]
+            if req.class_name not in names:
+                raise InputError(where, "class_name", f"no class {req.class_name!r}; classes: {', '.join(names)}")
+            value = check_class_value(where, req.field, req.value)
+            sc, settings = self.sc, dict(self.port_settings)
+            if req.switch is None:
+                sc = sc.with_class_change(req.class_name, req.field, value)
+                reached = sum(len(p) for p in self.fabric.ports.values())
+            else:
+                if req.switch not in self.fabric.ports or req.port not in self.fabric.ports[req.switch]:
+                    raise InputError(where, "port", f"no port {req.port!r} on switch {req.switch!r}")
+                key = qos.queue_key(self.fabric.intf_name(req.switch, req.port), names.index(req.class_name))
+                settings[key] = {**settings.get(key, {}), req.field: value}
+                reached = 1
+            self._compute(sc, settings)   # refuses what the agent could not take
+        except (InputError, ValueError) as e:
+            self.event_log.write("qos_app_request_refused", app=req.src, class_name=req.class_name,
+                                 field=req.field, value=req.value, switch=req.switch, port=req.port, why=str(e))
+            self.reply_to_request(req, EventSetQueuePolicyReply(req.src, ok=False, why=str(e)))
+            return
+        self.sc, self.port_settings = sc, settings
+        sent = self.policy is not None
+        if sent:
+            self._changed_by_apps = True
+        self.event_log.write("qos_app_request", app=req.src, class_name=req.class_name, field=req.field,
+                             value=value, switch=req.switch, port=req.port, queues=reached, sent_now=sent)
+        self.reply_to_request(req, EventSetQueuePolicyReply(req.src, ok=True, queues=reached, sent=sent))

@@ -545,8 +545,12 @@ def cmd_check(args) -> int:
     for e in a["expectations"]:
         t.add_row("expects", escape(f"{e['metric']} {e['op']} {e.get('than') or e.get('value')}"))
     b = a["baseline"]
-    t.add_row("regression", ("left out of the suite: " + escape(a["regress_skip"])) if not a["in_regression_suite"]
-              else "in the suite, " + (f"against baseline {b['run_id']} (commit {(b['git_commit'] or '?')[:8]}, "
+    if sc.controller.apps:
+        t.add_row("controller apps", escape(", ".join(sc.controller.apps)) + (
+            " (the routing app among them)" if sc.controller.app == "none" else ""))
+    t.add_row("regression", ("left out of the suite: " + escape(a["regress_skip"])) if a["regress_skip"]
+              else ("outside scenarios/, so not in the suite: `testbed regress FILE` judges it, " if not
+                    a["in_regression_suite"] else "in the suite, ") + (f"against baseline {b['run_id']} (commit {(b['git_commit'] or '?')[:8]}, "
                                        f"D = {b['dilation_factor']:g}): {b['metrics']} metrics, "
                                        f"{b['measured_tolerances']} with measured tolerances" if b
                                        else "against its expectations only (no baseline recorded)"))

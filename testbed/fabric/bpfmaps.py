@@ -19,12 +19,15 @@ import numpy as np
 from testbed.built import stale_build
 from testbed.errors import SetupError
 from testbed.paths import BUILD_DIR
+from testbed.scenario.schema import MAX_CLASSES as SCENARIO_MAX_CLASSES
 
 SOURCE = Path(__file__).with_name("bpf") / "port_qos.bpf.c"
 OBJECT = BUILD_DIR / "port_qos.bpf.o"
 
 MAX_QUEUES = 16384  # 2048 ports of 8 classes: a k=10 fat-tree
-MAX_CLASSES = 8
+# the classes a port has, one definition for Python (a scenario's limit) and this program's maps;
+# port_qos.bpf.c's #define MAX_CLASSES is held to it by tests/unit/test_built.py
+MAX_CLASSES = SCENARIO_MAX_CLASSES
 HIST_BUCKETS = 32
 DSCP_MAP_ENTRIES = 72
 NON_IP_KEY, FIRST_MINOR_KEY = 64, 66

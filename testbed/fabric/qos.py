@@ -305,6 +305,52 @@ def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> PortPolicy:
                       pause_map=pauses, reaction_allowance_us=reaction_s * 1e6)
 
 
+# A port's own settings, over its class's ([[classes]] field -> what it sets in the queue's profile)
+PORT_QUEUE_FIELDS = {"ecn": "ecn_on", "ecn_kmin_bytes": "kmin_bytes", "ecn_kmax_bytes": "kmax_bytes",
+                     "ecn_pmax": "pmax"}
+PORT_PFC_FIELDS = ("xoff_bytes", "xon_bytes", "headroom_bytes")
+
+
+def with_port_settings(pol: PortPolicy, settings: dict[str, dict]) -> PortPolicy:
+    """pol with queues' own settings in place of their class's: queue key -> {field: value}, the
+    fields those of [[classes]] a single port can have (PORT_QUEUE_FIELDS; the PFC thresholds of a
+    lossless queue: under the ingress rule its (ingress port, class) XOFF, XON and headroom, under
+    the egress rule its XOFF and XON). Whether a class is lossless at all (the pause map) is the
+    class's. Raises ValueError naming the queue and field it cannot set."""
+    queues, ingress = dict(pol.queues), dict(pol.ingress)
+    for key, fields in settings.items():
+        if key not in queues:
+            raise ValueError(f"no switch queue {key}")
+        q = dataclasses.replace(queues[key], **{PORT_QUEUE_FIELDS[f]: v for f, v in fields.items()
+                                                if f in PORT_QUEUE_FIELDS})
+        pfc = {f: v for f, v in fields.items() if f in PORT_PFC_FIELDS}
+        unknown = set(fields) - set(PORT_QUEUE_FIELDS) - set(PORT_PFC_FIELDS)
+        if unknown:
+            raise ValueError(f"{key}: {', '.join(sorted(unknown))} cannot be set per port (only "
+                             f"{', '.join([*PORT_QUEUE_FIELDS, *PORT_PFC_FIELDS])}; the rest for a whole class)")
+        if pfc and pol.pfc_accounting == "ingress":
+            if key not in ingress:
+                raise ValueError(f"{key}: not a lossless (ingress port, class): its class pauses nothing here")
+            ingress[key] = dataclasses.replace(ingress[key], **pfc)
+            i = ingress[key]
+            if not 0 < i.xon_bytes <= i.xoff_bytes:
+                raise ValueError(f"{key}: XON {i.xon_bytes} B must be above 0 and at most XOFF {i.xoff_bytes} B")
+        elif pfc:
+            if "headroom_bytes" in pfc:
+                raise ValueError(f"{key}: under the egress rule a queue's headroom is its buffer above XOFF; set "
+                                 "xoff_bytes")
+            if not q.pfc_on:
+                raise ValueError(f"{key}: not a lossless queue: its class pauses nothing here")
+            q = dataclasses.replace(q, **pfc)
+            if not 0 < q.xon_bytes <= q.xoff_bytes <= q.limit_bytes:
+                raise ValueError(f"{key}: needs 0 < XON ({q.xon_bytes} B) <= XOFF ({q.xoff_bytes} B) <= its buffer "
+                                 f"({q.limit_bytes} B)")
+        if q.kmin_bytes > q.kmax_bytes:
+            raise ValueError(f"{key}: ECN Kmin {q.kmin_bytes} B above Kmax {q.kmax_bytes} B")
+        queues[key] = q
+    return dataclasses.replace(pol, queues=queues, ingress=ingress)
+
+
 # ---- the pause map -----------------------------------------------------------------------
 
 Queue = tuple[str, int, int]  # (node, port, class index)

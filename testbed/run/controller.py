@@ -1,4 +1,5 @@
-"""The controller process: os-ken with the scenario's app, and the wait for its routes."""
+"""The controller process: os-ken with the scenario's apps, and the wait for its routes and for every
+app of the scenario's own (controllers.api)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ def free_port() -> int:
 
 class Controller(ManagedProcess):
     def __init__(self, *, apps: list[str], params: dict, fabric_json: Path, scenario_json: Path, events_path: Path,
-                 log_path: Path):
+                 log_path: Path, app_files: list[str] = ()):
         self.port = free_port()
         self.events_path = events_path
         self._events_read = 0
@@ -30,6 +31,9 @@ class Controller(ManagedProcess):
                 "--fabric", str(fabric_json), "--scenario", str(scenario_json), "--events", str(events_path)]
         for app in apps:
             argv += ["--app", app]
+        self.app_files = list(app_files)
+        for path in self.app_files:
+            argv += ["--app-file", path]
         for k, v in params.items():
             argv += ["--param", f"{k}={v}"]
         super().__init__("controller", argv, log_path, cwd=str(PROJECT_ROOT))
@@ -65,10 +69,28 @@ class Controller(ManagedProcess):
             crashed = [e for e in self.events() if e["event"] == "app_error"]
             if crashed:
                 raise RunFailed(f"the controller app failed in {crashed[0]['handler']}:\n{crashed[0]['traceback']}")
-            return self.find_event("routes_ready")
+            return self.find_event("routes_ready") if not self.waiting_for_apps() else None
         try:
-            return wait_until(ready, timeout_s, "every switch to connect and confirm its routes",
-                              alive=self.alive)
+            return wait_until(ready, timeout_s, "every switch to connect and confirm its routes"
+                              + (", and every app of the scenario's own to call testbed.ready"
+                                 if self.app_files else ""), alive=self.alive)
         except RunFailed as e:
             ready_sw = sum(1 for ev in self.events() if ev["event"] == "switch_ready")
-            raise RunFailed(f"{e} ({ready_sw} switches ready); controller log:\n{self.log_tail()}") from None
+            waiting = self.waiting_for_apps()
+            raise RunFailed(f"{e} ({ready_sw} switches ready" + (f"; no app_ready from {', '.join(waiting)}: an app "
+                            f"says it is ready with testbed.ready(self), docs/controller-apps.md" if waiting else "")
+                            + f"); controller log:\n{self.log_tail()}") from None
+
+    def waiting_for_apps(self) -> list[str]:
+        """The apps of the scenario's own that have not said they are ready (all of them until the
+        launcher has named them). A file with no os-ken app in it fails the run."""
+        if not self.app_files:
+            return []
+        loaded = self.find_event("plugin_apps")
+        if loaded is None:
+            return list(self.app_files)
+        for path in self.app_files:
+            if not any(a["file"] == path for a in loaded["apps"]):
+                raise RunFailed(f"{path} holds no os-ken app (a subclass of os_ken.base.app_manager.OSKenApp)")
+        ready = {e["app"] for e in self.events() if e["event"] == "app_ready"}
+        return [a["app"] for a in loaded["apps"] if a["app"] not in ready]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -148,9 +149,12 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
                      + (_dcqcn_mechanism(sc) if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
         "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
                     if sc.run.capture else "off"),
-        "routing": f"os-ken {sc.controller.app} ({sc.controller.routing}"
-                   f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
-                   f"barrier-confirmed",
+        "routing": (f"os-ken {sc.controller.app} ({sc.controller.routing}"
+                    f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
+                    f"barrier-confirmed") if sc.controller.app != "none" else
+                   "the scenario's own app (controller.apps), ready when it wrote routes_ready",
+        "controller_apps": [{"file": p, "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest()}
+                            for p in sc.controller.apps],
         "ecmp": "OpenFlow 1.5 select groups, OVS hash over the 5-tuple" if sc.controller.routing == "ecmp"
                 else "none",
         "timestamps": "departure: the kernel's software TX timestamp (SO_TIMESTAMPING SCM_TSTAMP_SND), "
@@ -173,7 +177,8 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
     agent_socket = f"fabric-testbed/{os.getpid()}/{time.monotonic_ns()}"
     rf.scenario.write_text(json.dumps(sc.to_dict()))
     # every app reads its settings from the resolved scenario; the agent's socket is the run's wiring
-    ctl = Controller(apps=[sc.controller.app, sc.controller.qos_app], params={"agent_socket": agent_socket},
+    ctl = Controller(apps=[a for a in (sc.controller.app, sc.controller.qos_app) if a != "none"],
+                     app_files=list(sc.controller.apps), params={"agent_socket": agent_socket},
                      fabric_json=rf.fabric, scenario_json=rf.scenario, events_path=rf.controller_events,
                      log_path=rf.controller_log)
     ctl.on_start = record.add_process

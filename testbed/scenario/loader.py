@@ -111,11 +111,11 @@ def _cross_checks(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     if n_hosts < 2:
         raise InputError(where, "fabric", "a collective needs at least 2 hosts")
     # every link end has a slot of MAX_CLASSES queues in the port program's maps
-    from testbed.fabric.bpfmaps import MAX_CLASSES as SLOT_CLASSES, MAX_QUEUES  # noqa: PLC0415
+    from testbed.fabric.bpfmaps import MAX_QUEUES  # noqa: PLC0415
     ports = len(fabric.interfaces())
-    if ports > MAX_QUEUES // SLOT_CLASSES:
+    if ports > MAX_QUEUES // MAX_CLASSES:
         raise InputError(where, "fabric", f"{ports} link ends; the port program holds at most "
-                         f"{MAX_QUEUES // SLOT_CLASSES} (testbed/fabric/bpf/port_qos.bpf.c MAX_QUEUES)")
+                         f"{MAX_QUEUES // MAX_CLASSES} (testbed/fabric/bpf/port_qos.bpf.c MAX_QUEUES)")
     if sc.jobs:
         _check_jobs(where, sc, fabric)
     else:
@@ -281,6 +281,33 @@ def _check_policy_change(where: str, i: int, c: PolicyChangeSpec, classes) -> Po
     return dataclasses.replace(c, value=value)
 
 
+def _resolve_apps(where: str, ctl, base_dir: Path):
+    """controller.apps as absolute paths to the files, each checked to be there; a scenario
+    without a routing app needs one of its own."""
+    paths = []
+    for i, p in enumerate(ctl.apps):
+        path = (base_dir / p).resolve()
+        if path.suffix != ".py" or not path.is_file():
+            raise InputError(where, "controller.apps", f"{p!r} ({path}) is not a .py file (paths are relative to "
+                             f"the scenario file's folder, {base_dir})")
+        if path.stem in ("proactive_routing", "qos_policy") or path.stem in (q.stem for q in paths):
+            raise InputError(where, "controller.apps", f"{p!r}: os-ken names a file's app module by its stem, and "
+                             f"{path.stem!r} is taken: rename the file")
+        paths.append(path)
+    if ctl.app == "none" and not paths:
+        raise InputError(where, "controller.app", "none needs a routing app of your own in controller.apps")
+    return dataclasses.replace(ctl, apps=tuple(str(p) for p in paths))
+
+
+def check_class_value(where: str, field: str, value: Any) -> Any:
+    """A value for one [[classes]] field, checked (and a size with a unit parsed) as a file's is: what
+    a controller app asks of the QoS app at run time is held to the same rules."""
+    fields = {f.name: f for f in dataclasses.fields(ClassSpec)}
+    if field not in fields:
+        raise InputError(where, field, f"not a [[classes]] field{did_you_mean(field, fields)}")
+    return _check_value(where, field, value, fields[field].metadata)
+
+
 def _check_expect(where: str, i: int, e: ExpectSpec) -> ExpectSpec:
     at = f"expect[{i}]"
     if not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$", e.metric):
@@ -309,7 +336,10 @@ def _check_tolerance(where: str, i: int, t: ToleranceSpec) -> ToleranceSpec:
     return t
 
 
-def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[str] = ()) -> Scenario:
+def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[str] = (),
+                  base_dir: Path | None = None) -> Scenario:
+    """A scenario from its parsed file (where: how errors name it; base_dir: its folder, which
+    controller.apps' paths are relative to)."""
     for key in doc:
         if key not in TOP_LEVEL:
             raise InputError(where, key, f"unknown field{did_you_mean(key, TOP_LEVEL)}; expected one of "
@@ -339,7 +369,7 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     set_here = apply_overrides(overrides, tables, arrays)
     _check_version_fields(where, version, tables, overrides)
     try:
-        return _build(name, doc, where, version, tables, arrays)
+        return _build(name, doc, where, version, tables, arrays, base_dir or SCENARIO_DIR)
     except InputError as e:
         # a value the command line set is named as the user wrote it
         if e.where == where and e.field in set_here:
@@ -347,7 +377,7 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
         raise
 
 
-def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays: dict) -> Scenario:
+def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays: dict, base_dir: Path) -> Scenario:
     description, regress_skip = doc.get("description", ""), doc.get("regress_skip", "")
     faults_doc, classes_doc = arrays["faults"], arrays["classes"]
     built = {}
@@ -373,6 +403,7 @@ def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays:
     tolerance = tuple(_check_tolerance(where, i, _build_section(where, f"tolerance[{i}]", ToleranceSpec, t))
                       for i, t in enumerate(tol_doc))
     jobs = _jobs(where, arrays["jobs"])
+    built["controller"] = _resolve_apps(where, built["controller"], base_dir)
     built, dilation = _hardware_view(version, built, tables)
     built = {**built, "dcqcn": _reference_rates(built["dcqcn"], tables["dcqcn"])}
     sc = Scenario(name=name, path=where, description=description, faults=faults, classes=classes,
@@ -556,7 +587,7 @@ def load_scenario(name: str, overrides: list[str] = ()) -> Scenario:
         raise InputError(where, None, f"not valid TOML: {e}") from None
     except UnicodeDecodeError as e:
         raise InputError(where, None, f"not UTF-8 text: {e}") from None
-    return load_document(path.stem, doc, where, overrides)
+    return load_document(path.stem, doc, where, overrides, base_dir=path.parent)
 
 
 def list_scenarios() -> list[str]:

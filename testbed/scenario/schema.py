@@ -61,7 +61,12 @@ class FabricSpec:
 
 @dataclass(frozen=True)
 class ControllerSpec:
-    app: str = spec("proactive_routing", "os-ken app in controllers/", "str", choices=("proactive_routing",))
+    app: str = spec("proactive_routing", "the routing app: proactive_routing (controllers/), or none when an app of "
+                    "controller.apps installs the routes and writes routes_ready (docs/controller-apps.md)", "str",
+                    choices=("proactive_routing", "none"))
+    apps: tuple = spec((), "os-ken apps of your own, as .py files (relative to the scenario file's folder), run "
+                       "beside the built-in ones; the run waits for each one's app_ready (docs/controller-apps.md)",
+                       "str_list")
     routing: str = spec("dimension_order", "route algorithm (dimension_order: torus only; ecmp: select "
                         "groups hashing the 5-tuple; dmodk: one static path per destination, spread by "
                         "destination index, the fat-tree's classic routing)", "str",

@@ -31,3 +31,15 @@ def test_a_missing_or_unmarked_build_is_refused(tmp_path):
     unmarked = tmp_path / "port_qos.bpf.o"
     unmarked.write_bytes(b"\x7fELF" + bytes(64))
     assert "carries no source hash" in stale_build(unmarked, bpfmaps.SOURCE, "bpf")
+
+
+def test_the_port_programs_sizes_are_the_ones_python_uses():
+    # one definition each in Python; the C program's #defines must match it, or a scenario of
+    # MAX_CLASSES classes would index queues the port program does not have
+    import re
+    from testbed.scenario import MAX_CLASSES
+    defines = dict(re.findall(r"^#define (\w+) (\d+)\b", bpfmaps.SOURCE.read_text(), re.M))
+    assert int(defines["MAX_CLASSES"]) == MAX_CLASSES == bpfmaps.MAX_CLASSES
+    assert int(defines["MAX_QUEUES"]) == bpfmaps.MAX_QUEUES
+    assert int(defines["HIST_BUCKETS"]) == bpfmaps.HIST_BUCKETS
+    assert int(defines["NON_IP_KEY"]) == bpfmaps.NON_IP_KEY

@@ -1,0 +1,62 @@
+"""A controller app of the user's own (docs/controller-apps.md), run as the tutorial runs it: the
+example app from a folder outside the project, its decisions in the run, a baseline recorded from
+that run, and the app broken on purpose caught by `regress` (issue 27, items 1-2)."""
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import ROOT, cli_argv, env_with_results, run_dirs, summary_of
+
+pytestmark = pytest.mark.root
+
+
+def testbed(tmp_path, *args):
+    env = {**env_with_results(tmp_path / "results"), "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
+    return subprocess.run(cli_argv(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_the_tutorial_app_runs_is_baselined_and_its_regression_is_caught(tmp_path):
+    # 1. the app, in a folder of the user's own
+    policies = tmp_path / "policies"
+    shutil.copytree(ROOT / "examples" / "ecn-tuner", policies)
+    scenario = str(policies / "ecn-tuner.toml")
+    # 2-3. run it: the app set every switch port's thresholds before traffic, and the run waited for it
+    out = testbed(tmp_path, "run", scenario)
+    assert out.returncode in (0, 4), out.stdout[-6000:] + out.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path / "results")
+    events = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
+    (loaded,) = [e for e in events if e["event"] == "plugin_apps"]
+    assert loaded["apps"] == [{"app": "EcnTuner", "file": str(policies / "ecn_tuner.py")}]
+    requests = [e for e in events if e["event"] == "qos_app_request"]
+    # the leaf's 5 host ports and 1 uplink, and the spine's 1 port: Kmax and Kmin each, before traffic
+    assert len(requests) == 2 * 7 and not any(e["sent_now"] for e in requests), requests
+    (tuned,) = [e for e in events if e["event"] == "ecn_tuner_set"]
+    ready_at = next(e["t_ns"] for e in events if e["event"] == "app_ready")
+    assert all(e["t_ns"] < ready_at for e in requests)
+    # a round trip over leaf-spine-leaf (3 links, 2 switches, 500 ns each) is 5 us: 62.5 KB at a host
+    # port's 100 Gb/s, 250 KB at an uplink's 400 Gb/s
+    assert tuned["base_rtt_us"] == pytest.approx(5.0) and tuned["kmin_bytes"] == [62500, 250000], tuned
+    s = summary_of(run_dir)
+    marked = s["qos"]["ecn"]["marked"]
+    assert marked > 0 and s["packets"]["lost"] == 0
+    # the thresholds the agent ran the bottleneck port with are the app's, not the file's 100 KB
+    (profile,) = [p for p in s["qos"]["ecn"]["profiles"] if p["class"] == "roce" and p["port"] == "leaf0-eth1"]
+    assert profile["kmin_bytes"] == min(tuned["kmin_bytes"]) != 100000, profile
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [a["file"] for a in manifest["mechanisms"]["controller_apps"]] == [str(policies / "ecn_tuner.py")]
+    if out.returncode == 4:
+        pytest.fail(f"the run could not keep up: no baseline from it ({s['fidelity']['notes']})")
+    out = testbed(tmp_path, "baseline", scenario, "--run", str(run_dir))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads((tmp_path / "baselines" / "ecn-tuner.json").read_text())["metrics"]["qos.ecn.marked"] == marked
+    # 4. break it on purpose: thresholds forty round trips deep (2.5 MB at a host port, above its
+    # 2 MiB buffer) mark nothing
+    app = policies / "ecn_tuner.py"
+    app.write_text(app.read_text().replace("LAMBDA = 1.0 ", "LAMBDA = 40.0 "))
+    out = testbed(tmp_path, "regress", scenario)
+    assert out.returncode == 1, out.stdout[-6000:] + out.stderr[-3000:]
+    result = json.loads([l for l in out.stdout.splitlines() if l.startswith('{"verdicts"')][-1])
+    assert result["verdicts"] == {scenario: "regressed"}
+    assert result["failed"][scenario].count("qos.ecn.marked") == 2, result   # the expectation and the baseline
