@@ -50,7 +50,12 @@ def test_the_tutorial_app_runs_is_baselined_and_its_regression_is_caught(tmp_pat
         pytest.fail(f"the run could not keep up: no baseline from it ({s['fidelity']['notes']})")
     out = testbed(tmp_path, "baseline", scenario, "--run", str(run_dir))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert json.loads((tmp_path / "baselines" / "ecn-tuner.json").read_text())["metrics"]["qos.ecn.marked"] == marked
+    base = json.loads((tmp_path / "baselines" / "ecn-tuner.json").read_text())
+    assert base["run_id"] == s["run_id"] and base["metrics"]["packets.lost"] == 0
+    # the app marks most of the 1536 ECT packets (1304 in a run on 2026-12-05): the default band of
+    # +-50% reaches past all of them, so the baseline leaves marks to the expectation, and says so
+    if "qos.ecn.marked" not in base["metrics"]:
+        assert "qos.ecn.marked" in " ".join(out.stdout.split()) and "could never fail" in out.stdout, out.stdout
     # 4. break it on purpose: thresholds forty round trips deep (2.5 MB at a host port, above its
     # 2 MiB buffer) mark nothing
     app = policies / "ecn_tuner.py"
@@ -59,4 +64,5 @@ def test_the_tutorial_app_runs_is_baselined_and_its_regression_is_caught(tmp_pat
     assert out.returncode == 1, out.stdout[-6000:] + out.stderr[-3000:]
     result = json.loads([l for l in out.stdout.splitlines() if l.startswith('{"verdicts"')][-1])
     assert result["verdicts"] == {scenario: "regressed"}
-    assert result["failed"][scenario].count("qos.ecn.marked") == 2, result   # the expectation and the baseline
+    # caught by its expectation (marks > 0, a policy metric: on any run), and by the baseline where it keeps marks
+    assert result["failed"][scenario].count("qos.ecn.marked") == 1 + ("qos.ecn.marked" in base["metrics"]), result
