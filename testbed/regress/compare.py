@@ -117,7 +117,7 @@ def compare_groups(a: list[dict], b: list[dict], spreads: dict[str, float] | Non
         ma, mb = statistics.median(xa), statistics.median(xb)
         direction = "B higher" if mb > ma else "B lower"
         if len(set(xa) | set(xb)) == 1:
-            rows.append(Row(path, kind, better, xa, xb, None, "same", "every run the same value"))
+            rows.append(Row(path, kind, better, xa, xb, None, "same", "all runs equal"))
         elif min(len(xa), len(xb)) >= MIN_TEST_RUNS:
             p = mann_whitney_p(xa, xb)
             if p < ALPHA:

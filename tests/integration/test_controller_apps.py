@@ -12,7 +12,7 @@ from helpers import ROOT, cli_argv, env_with_results, run_dirs, summary_of
 pytestmark = pytest.mark.root
 
 
-def testbed(tmp_path, *args):
+def cli(tmp_path, *args):
     env = {**env_with_results(tmp_path / "results"), "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
     return subprocess.run(cli_argv(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
@@ -23,7 +23,7 @@ def test_the_tutorial_app_runs_is_baselined_and_its_regression_is_caught(tmp_pat
     shutil.copytree(ROOT / "examples" / "ecn-tuner", policies)
     scenario = str(policies / "ecn-tuner.toml")
     # 2-3. run it: the app set every switch port's thresholds before traffic, and the run waited for it
-    out = testbed(tmp_path, "run", scenario)
+    out = cli(tmp_path, "run", scenario)
     assert out.returncode in (0, 4), out.stdout[-6000:] + out.stderr[-3000:]
     (run_dir,) = run_dirs(tmp_path / "results")
     events = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
@@ -48,7 +48,7 @@ def test_the_tutorial_app_runs_is_baselined_and_its_regression_is_caught(tmp_pat
     assert [a["file"] for a in manifest["mechanisms"]["controller_apps"]] == [str(policies / "ecn_tuner.py")]
     if out.returncode == 4:
         pytest.fail(f"the run could not keep up: no baseline from it ({s['fidelity']['notes']})")
-    out = testbed(tmp_path, "baseline", scenario, "--run", str(run_dir))
+    out = cli(tmp_path, "baseline", scenario, "--run", str(run_dir))
     assert out.returncode == 0, out.stdout + out.stderr
     base = json.loads((tmp_path / "baselines" / "ecn-tuner.json").read_text())
     assert base["run_id"] == s["run_id"] and base["metrics"]["packets.lost"] == 0
@@ -60,7 +60,7 @@ def test_the_tutorial_app_runs_is_baselined_and_its_regression_is_caught(tmp_pat
     # 2 MiB buffer) mark nothing
     app = policies / "ecn_tuner.py"
     app.write_text(app.read_text().replace("LAMBDA = 1.0 ", "LAMBDA = 40.0 "))
-    out = testbed(tmp_path, "regress", scenario)
+    out = cli(tmp_path, "regress", scenario)
     assert out.returncode == 1, out.stdout[-6000:] + out.stderr[-3000:]
     result = json.loads([l for l in out.stdout.splitlines() if l.startswith('{"verdicts"')][-1])
     assert result["verdicts"] == {scenario: "regressed"}
