@@ -35,6 +35,7 @@ from testbed.analysis.jobs import jobs_section, view_inputs
 from testbed.analysis.parallelism import iteration_split, layer_collectives
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.routing import ecmp_spread
+from testbed.analysis.shapes import SECTIONS
 from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct, read_json, write_table
 from testbed.analysis.training import training_section
 from testbed.fabric.qos import switch_burst_bytes
@@ -164,9 +165,13 @@ class Summary:
 
 
 def json_schema() -> dict:
-    """The JSON Schema of summary.json, from the dataclasses above (docs/summary.schema.json)."""
+    """The JSON Schema of summary.json, from the dataclasses above and each section's keys
+    (testbed.analysis.shapes) (docs/summary.schema.json)."""
+    top = _schema(Summary)
+    for name, shape in SECTIONS.items():
+        top["properties"][name] = {**shape, "description": top["properties"][name]["description"]}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "summary.json",
-            "description": f"{Summary.__doc__} (summary_version {SUMMARY_VERSION})", **_schema(Summary)}
+            "description": f"{Summary.__doc__} (summary_version {SUMMARY_VERSION})", **top}
 
 
 def _schema(tp) -> dict:

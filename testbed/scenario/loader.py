@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from testbed.analysis.shapes import metric_path_error
 from testbed.errors import InputError, did_you_mean
 from testbed.metrics import DERIVED, TRACKED, tolerance_of
 from testbed.scenario.schema import (DEFAULT_CLASSES, READABLE_VERSIONS, Dilation, JobSpec, MAX_CLASSES, POLICY_FIELDS,
@@ -320,6 +321,11 @@ def _check_expect(where: str, i: int, e: ExpectSpec) -> ExpectSpec:
                          f"collective.iterations_complete, packets.lost)")
     if e.than and not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$", e.than):
         raise InputError(where, f"{at}.than", f"expected a dotted path into summary.json, got {e.than!r}")
+    # a path no run's summary can hold fails here, not after a whole run (docs/summary.schema.json)
+    for name, path in (("metric", e.metric), ("than", e.than)):
+        why = path and metric_path_error(path)
+        if why:
+            raise InputError(where, f"{at}.{name}", f"{path!r} is not in summary.json: {why}")
     if e.value is not None:
         numeric = isinstance(e.value, (int, float)) and not isinstance(e.value, bool)
         if not numeric and not (isinstance(e.value, (str, bool)) and e.op in ("==", "!=")):

@@ -54,6 +54,10 @@ def test_set_overrides_any_field():
     ({"expect": [{"metric": "status", "op": "==", "value": "ok"}]}, "expect[0].metric"),
     ({"expect": [{"metric": "packets.lost", "op": "==", "value": 0},
                  {"metric": "qos.pfc.pauses", "op": "!=", "than": "status"}]}, "expect[1].metric"),
+    # a path no summary can hold is refused before anything runs, not after a whole run
+    ({"expect": [{"metric": "qos.ecn.markd", "op": ">", "value": 0}]}, "expect[0].metric"),
+    ({"expect": [{"metric": "packets.lost", "op": "<=", "than": "packets.lost_on_faild_links"}]}, "expect[0].than"),
+    ({"expect": [{"metric": "faults.first.reroute_ms", "op": "<", "value": 1}]}, "expect[0].metric"),
 ])
 def test_bad_documents_name_the_file_and_field(doc, field):
     with pytest.raises(InputError) as e:
