@@ -9,6 +9,10 @@ resolved scenario (loaded once, here: every app reads its settings from it, the 
 share), the event log, the run's wiring parameters (the agent's socket name) and ``ready``. The
 apps of --app-file (a scenario's controller.apps) are os-ken apps in files anywhere; the event log's
 ``plugin_apps`` names them, and the run waits for each one's ``app_ready`` (docs/controller-apps.md).
+
+os-ken 4.x ships no manager command, so this is also how to start a controller of your own for a
+scenario's controller.remote: ``python -m controllers.launcher --port 6653 --app-file my_app.py``
+(without --fabric and --scenario its apps get ``testbed.fabric`` and ``testbed.scenario`` None).
 """
 from __future__ import annotations
 
@@ -30,8 +34,8 @@ APPS = ("proactive_routing", "qos_policy")
 
 @dataclass
 class AppSettings:
-    fabric: Fabric
-    scenario: Scenario
+    fabric: Fabric | None
+    scenario: Scenario | None
     events: EventLog
     params: dict = field(default_factory=dict)
 
@@ -46,9 +50,9 @@ def parse_args(argv):
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--app", choices=APPS, action="append", default=[], help="a built-in app to run (repeatable)")
     ap.add_argument("--app-file", action="append", default=[], help="an os-ken app in a file of its own (repeatable)")
-    ap.add_argument("--fabric", required=True, help="fabric description (JSON, topologies.model)")
-    ap.add_argument("--scenario", required=True, help="the resolved scenario (JSON, Scenario.to_dict)")
-    ap.add_argument("--events", required=True, help="event log to append to (JSON lines)")
+    ap.add_argument("--fabric", help="fabric description (JSON, topologies.model)")
+    ap.add_argument("--scenario", help="the resolved scenario (JSON, Scenario.to_dict)")
+    ap.add_argument("--events", default=os.devnull, help="event log to append to (JSON lines)")
     ap.add_argument("--param", action="append", default=[], help="app parameter key=value")
     return ap.parse_args(argv)
 
@@ -63,11 +67,14 @@ def main(argv=None) -> int:
 
     cfg.CONF(args=["--ofp-listen-host", LISTEN_HOST, "--ofp-tcp-listen-port", str(args.port)],
              project="os_ken")
-    with open(args.fabric) as f:
-        fabric = Fabric.from_json(f.read())
+    fabric = scenario = None
+    if args.fabric:
+        with open(args.fabric) as f:
+            fabric = Fabric.from_json(f.read())
     events = EventLog(args.events)
-    with open(args.scenario) as f:
-        scenario = Scenario.from_dict(json.load(f))
+    if args.scenario:
+        with open(args.scenario) as f:
+            scenario = Scenario.from_dict(json.load(f))
     params = dict(p.split("=", 1) for p in args.param)
     settings = AppSettings(fabric=fabric, scenario=scenario, events=events, params=params)
 

@@ -47,8 +47,10 @@ class ListeningController(RemoteController):
 
 class EmulatedFabric:
     def __init__(self, fabric: Fabric, ports: PortConfig, controller_port: int, datapath: str,
-                 record: RunRecord):
+                 record: RunRecord, controller_ip: str = "127.0.0.1"):
+        # the testbed's own controller, or the one a scenario's controller.remote names
         self.fabric, self.port_config, self.controller_port = fabric, ports, controller_port
+        self.controller_ip = controller_ip
         self.datapath, self.record = datapath, record
         self.net: Mininet | None = None
         self.ports = PortManager(ports)
@@ -89,7 +91,7 @@ class EmulatedFabric:
                              failMode="secure", batch=True)
             self.net = Mininet(topo=to_mininet_topo(self.fabric), switch=switch, controller=None, link=Link,
                                autoSetMacs=False, autoStaticArp=False, build=False)
-            self.net.addController(ListeningController("c0", ip="127.0.0.1", port=self.controller_port))
+            self.net.addController(ListeningController("c0", ip=self.controller_ip, port=self.controller_port))
             self.net.build()
             for node in self.net.hosts + self.net.switches:
                 self.record.add_process(node.pid)

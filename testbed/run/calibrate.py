@@ -247,7 +247,10 @@ def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
     size = max(payload, int(rate_mbps * 1e6 / 8 * traffic_s) // payload * payload)
     hw = dataclasses.replace(sc, name=f"{sc.name}.calibration", faults=(), policy_changes=(), expect=(),
                              tolerance=(), jobs=(), classes=DEFAULT_CLASSES, qos=cal_policy(sc),
-                             controller=dataclasses.replace(sc.controller, dateline=False),
+                             # the fabric's capacity, measured with the testbed's own routing app (not the
+                             # scenario's own apps, or a controller.remote it may not be running)
+                             controller=dataclasses.replace(sc.controller, dateline=False, app="proactive_routing",
+                                                            apps=(), remote=""),
                              transport=dataclasses.replace(sc.transport, cc="none", reliability="go_back_n",
                                                            verify_icrc=False, channels=1),
                              workload=WorkloadSpec(type="shift", shift=1, bytes_per_rank=size, iterations=1,

@@ -34,9 +34,10 @@ from testbed.run.cpu import CpuMeter
 from testbed.run.faults import FaultInjector
 from testbed.run.isolation import check_isolation
 from testbed.run.procs import ManagedProcess, WaitFailed, wait_until
+from testbed.run.remote import host_pairs, remote_listening, wait_forwarding
 from testbed.run.state import RunLock, RunRecord, clean_stale
 from testbed.runfolder import RunFolder
-from testbed.scenario import Scenario, build_fabric, dcqcn_described, dcqcn_overrides
+from testbed.scenario import Scenario, build_fabric, dcqcn_described, dcqcn_overrides, parse_endpoint
 from testbed.traffic import nic
 from testbed.traffic.plan import EnginePlan
 from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
@@ -62,6 +63,8 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
     base = results_dir or RESULTS_DIR
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     run_id = f"{sc.name}-{stamp}"
+    if sc.controller.remote and not remote_listening(*parse_endpoint(sc.controller.remote)):
+        raise SetupError(f"no controller listens at {sc.controller.remote} (controller.remote): start yours first")
     with RunLock(run_id, f"scenario {sc.name}"):
         too_small = probe.socket_buffers_too_small()
         if too_small:
@@ -149,7 +152,10 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
                      + (_dcqcn_mechanism(sc) if sc.transport.cc == "dcqcn" else "; no congestion control (line rate)"),
         "capture": (f"tcpdump in each traffic host's namespace, snaplen {sc.run.capture_snaplen_bytes} B"
                     if sc.run.capture else "off"),
-        "routing": (f"os-ken {sc.controller.app} ({sc.controller.routing}"
+        "routing": f"the user's controller at {sc.controller.remote} (controller.remote); ready when a frame of "
+                   f"every host pair was traced through the switches' flow tables to its destination, after "
+                   f"warm-up frames (testbed/run/remote.py)" if sc.controller.remote else
+                   (f"os-ken {sc.controller.app} ({sc.controller.routing}"
                     f"{', dateline virtual channels' if sc.controller.dateline else ''}), proactive, "
                     f"barrier-confirmed") if sc.controller.app != "none" else
                    "the scenario's own app (controller.apps), ready when it wrote routes_ready",
@@ -177,7 +183,10 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
     agent_socket = f"fabric-testbed/{os.getpid()}/{time.monotonic_ns()}"
     rf.scenario.write_text(json.dumps(sc.to_dict()))
     # every app reads its settings from the resolved scenario; the agent's socket is the run's wiring
-    ctl = Controller(apps=[a for a in (sc.controller.app, sc.controller.qos_app) if a != "none"],
+    # with controller.remote the testbed's controller keeps only the QoS app, which no switch connects to
+    apps = [a for a in (sc.controller.app, sc.controller.qos_app) if a != "none"
+            and not (sc.controller.remote and a == sc.controller.app)]
+    ctl = Controller(apps=apps,
                      app_files=list(sc.controller.apps), params={"agent_socket": agent_socket},
                      fabric_json=rf.fabric, scenario_json=rf.scenario, events_path=rf.controller_events,
                      log_path=rf.controller_log)
@@ -191,16 +200,24 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
     with ctl:
         ctl.wait_listening(timeout_s=30)
         log(f"controller listening on 127.0.0.1:{ctl.port} (pid {ctl.pid})")
-        net = EmulatedFabric(fabric, ports, ctl.port, datapath, record)
+        if sc.controller.remote:
+            remote_ip, remote_port = parse_endpoint(sc.controller.remote)
+            net = EmulatedFabric(fabric, ports, remote_port, datapath, record, controller_ip=remote_ip)
+        else:
+            net = EmulatedFabric(fabric, ports, ctl.port, datapath, record)
         try:
             with net:
                 manifest["mechanisms"]["receive_steering"] = net.ports.steering
                 log(f"fabric up: {len(fabric.switches)} switches, {len(fabric.hosts)} hosts, "
                     f"{len(fabric.links)} links ({manifest['mechanisms']['datapath']}; {net.ports.steering})")
-                ready = ctl.wait_routes_ready(sc.run.routes_ready_timeout_s)
+                host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
+                if sc.controller.remote:
+                    manifest["remote"] = wait_forwarding(fabric, host_pairs(messages), host_pids, sc.workload.dscp,
+                                                         sc.run.routes_ready_timeout_s, log)
+                else:
+                    ctl.wait_routes_ready(sc.run.routes_ready_timeout_s)
                 timings["routes_ready"] = time.monotonic() - t0
                 log(f"routes ready {timings['routes_ready']:.2f} s after start")
-                host_pids = {h.name: net.host_pid(h.name) for h in fabric.hosts}
                 if len(tenants(sc)) > 1:
                     manifest["isolation"] = check_isolation(sc, fabric, host_pids, rf.isolation, log)
                 plan = engine_plan(sc, fabric, messages, host_pids, str(run_dir))
@@ -237,7 +254,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
         finally:
             timings.update(net.timings)
     timings["total"] = time.monotonic() - t0
-    if not ctl.find_event("routes_ready"):
+    if not sc.controller.remote and not ctl.find_event("routes_ready"):
         raise RunFailed("the controller never reported its routes ready")
 
 

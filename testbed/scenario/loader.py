@@ -4,6 +4,7 @@ file and the field (exit 2)."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import re
@@ -295,9 +296,51 @@ def _resolve_apps(where: str, ctl, base_dir: Path):
             raise InputError(where, "controller.apps", f"{p!r}: os-ken names a file's app module by its stem, and "
                              f"{path.stem!r} is taken: rename the file")
         paths.append(path)
-    if ctl.app == "none" and not paths:
+    if ctl.app == "none" and not paths and not ctl.remote:
         raise InputError(where, "controller.app", "none needs a routing app of your own in controller.apps")
+    if ctl.remote:
+        try:
+            parse_endpoint(ctl.remote)
+        except ValueError as e:
+            raise InputError(where, "controller.remote", str(e)) from None
+        if paths:
+            raise InputError(where, "controller.apps", "your apps run in the testbed's own controller, which no switch "
+                             "connects to when controller.remote is set: run them in yours")
     return dataclasses.replace(ctl, apps=tuple(str(p) for p in paths))
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """controller.remote's IPv4:PORT, or ValueError saying what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ValueError(f"expected IP:PORT, got {text!r}")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise ValueError(f"expected an IPv4 address before the port, got {host!r}") from None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected a port 1-65535, got {port!r}")
+    return host, int(port)
+
+
+def _check_remote(where: str, sc: Scenario) -> None:
+    """What only the testbed's own routing app does, refused with an external controller."""
+    ctl = sc.controller
+    if not ctl.remote:
+        return
+    refuse = []
+    if ctl.dateline:
+        refuse.append(("controller.dateline", "the dateline's virtual channels are the testbed's routing app's"))
+    if sc.qos.pfc and sc.qos.pfc_accounting == "ingress":
+        refuse.append(("qos.pfc_accounting", "the ingress rule needs every frame tagged with its ingress port by the "
+                       "testbed's routing app: set qos.pfc_accounting = \"egress\" (or qos.pfc = false)"))
+    if len({j.tenant for j in sc.jobs}) > 1 and ctl.tenant_isolation:
+        refuse.append(("controller.tenant_isolation", "tenant VLANs are pushed by the testbed's routing app"))
+    if any(f.action == "controller_kill" for f in sc.faults):
+        refuse.append(("faults", "controller_kill kills the testbed's controller, not yours"))
+    if refuse:
+        field, why = refuse[0]
+        raise InputError(where, field, f"with controller.remote: {why}")
 
 
 def check_class_value(where: str, field: str, value: Any) -> Any:
@@ -419,6 +462,7 @@ def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays:
     if jobs or built["workload"].type == "jobs":
         sc = _resolve_jobs(where, sc)
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
+    _check_remote(where, sc)
     return sc
 
 

@@ -82,6 +82,11 @@ class ControllerSpec:
     reroute: bool = spec(True, "when a link goes down (or comes back), recompute the routes without it and "
                          "install the ones that changed; false leaves every route as installed, into the failed "
                          "link (what a regression test of failover must catch)", "bool")
+    remote: str = spec("", "an OpenFlow controller you started yourself, as IP:PORT (e.g. 127.0.0.1:6653): the switches "
+                       "connect to it and none of the testbed's routing runs; the run waits until the switches' flow "
+                       "tables forward every host pair the workload uses, after a warm-up frame each way for a "
+                       "reactive controller (testbed/run/remote.py); the QoS app still sends the port policy to the "
+                       "switch agent (docs/controller-apps.md)", "str")
     qos_app: str = spec("qos_policy", "os-ken app in controllers/ that owns the port QoS policy (sends it to "
                         "the switch agent, receives its telemetry and events, changes it at run time)",
                         "str", choices=("qos_policy",))
