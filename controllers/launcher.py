@@ -87,7 +87,10 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, stop)
 
     mgr = AppManager.get_instance()
-    mgr.load_apps([f"controllers.{app}" for app in args.app] + [os.path.abspath(p) for p in args.app_file])
+    # os-ken's OpenFlow listener comes with the first app that handles OpenFlow events; the QoS app
+    # alone (a scenario's controller.remote) has none, and the run waits for the port all the same
+    mgr.load_apps([f"controllers.{app}" for app in args.app] + [os.path.abspath(p) for p in args.app_file]
+                  + ["os_ken.controller.ofp_handler"])
     contexts = mgr.create_contexts()
     contexts["testbed"] = settings
     threads = mgr.instantiate_apps(**contexts)

@@ -117,8 +117,8 @@ class Forwarding:
     def reaches(self, src: str, dst: str) -> bool:
         s, d = self.fabric.host_by_name[src], self.fabric.host_by_name[dst]
         sw, port = self.attach[src]
-        flow = (f"in_port={port},dl_src={s.mac},dl_dst={d.mac},dl_type=0x0800,nw_src={s.ip},nw_dst={d.ip},"
-                f"nw_proto=17,nw_tos={self.dscp << 2},tp_src={TRACE_SPORT},tp_dst={TRACE_DPORT}")
+        flow = (f"udp,in_port={port},dl_src={s.mac},dl_dst={d.mac},nw_src={s.ip},nw_dst={d.ip},"
+                f"nw_tos={self.dscp << 2},udp_src={TRACE_SPORT},udp_dst={TRACE_DPORT}")
         frontier, seen = [(sw, flow)], set()
         while frontier:
             bridge, f = frontier.pop()
