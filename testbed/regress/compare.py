@@ -17,6 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from testbed.analysis.document import _num
 from testbed.metrics import metric_class, tolerance_of
 from testbed.regress.baselines import MISSING, baseline_of, metric
 
@@ -150,9 +151,7 @@ def which_better(row: Row) -> str | None:
 
 
 def fmt(v: float) -> str:
-    if v == 0 or (abs(v) >= 0.01 and abs(v) < 1e6):
-        return f"{v:.4g}"
-    return f"{v:.3e}" if math.isfinite(v) else str(v)
+    return _num(float(v), "{:.4g}")   # the run document's numbers, to four digits
 
 
 def label(path: str) -> str:

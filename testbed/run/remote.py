@@ -105,7 +105,6 @@ class Forwarding:
         for sw, ports in fabric.ports.items():
             for port, (peer, peer_port, _link) in ports.items():
                 self.ends[fabric.intf_name(sw, port)] = (sw, port, peer, peer_port)
-        self.attach = {peer: (sw, port) for sw, port, peer, _ in self.ends.values() if peer in fabric.host_by_name}
 
     def _trace(self, bridge: str, flow: str) -> tuple[list[str], bool, str | None]:
         self.traces += 1
@@ -116,7 +115,7 @@ class Forwarding:
 
     def reaches(self, src: str, dst: str) -> bool:
         s, d = self.fabric.host_by_name[src], self.fabric.host_by_name[dst]
-        sw, port = self.attach[src]
+        sw, port = s.switch, s.switch_port
         flow = (f"udp,in_port={port},dl_src={s.mac},dl_dst={d.mac},nw_src={s.ip},nw_dst={d.ip},"
                 f"nw_tos={self.dscp << 2},udp_src={TRACE_SPORT},udp_dst={TRACE_DPORT}")
         frontier, seen = [(sw, flow)], set()
