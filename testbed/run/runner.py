@@ -339,4 +339,4 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
     if engine.proc.returncode not in (0, 3):
         raise RunFailed(f"the traffic engine failed (exit {engine.proc.returncode}); log:\n{engine.log_tail()}")
     stats = json.loads(rf.engine_stats.read_text())
-    manifest["engine"] = {"reason": stats["reason"], "cpu_s": stats["cpu_s"]}
+    manifest["engine"] = {"reason": stats["reason"], "cpu_s": stats["cpu_s"], "scheduling": stats["scheduling"]}

@@ -324,3 +324,26 @@ def test_the_window_that_opens_a_backlog_may_fall_short_by_the_shapers_burst_and
     middle = series(rates)
     f = la.link_fidelity([middle], {middle.port: RATE}, FRAME, TOL, SHARE, burst_bytes=burst)
     assert not f["valid"] and f["links"][0]["slow_windows"] == 1
+
+
+def test_the_window_that_opens_a_backlog_may_run_ahead_by_the_shapers_burst_and_no_other():
+    # frames arrived together, so the first sample already counts the backlog, and the idle
+    # shaper's 2-frame bucket leaves inside the opening window, ahead of its rate
+    burst = 2 * FRAME
+    rates = [12_500] * 300
+    rates[0:7] = [12_500 + burst // 7] * 7
+    opening = series(rates)
+    assert not verdict(opening, RATE)["valid"]                          # without the bucket: one window fast
+    f = la.link_fidelity([opening], {opening.port: RATE}, FRAME, TOL, SHARE, burst_bytes=burst)
+    assert f["valid"] and f["links"][0]["fast_windows"] == 0
+    # a bucket and a frame more is more than the shaper could send
+    rates[0:7] = [12_500 + (burst + 2 * FRAME) // 7] * 7
+    over = series(rates)
+    f = la.link_fidelity([over], {over.port: RATE}, FRAME, TOL, SHARE, burst_bytes=burst)
+    assert not f["valid"] and f["links"][0]["fast_windows"] == 1
+    # the same excess in the middle of the backlog is a burst the port's rate does not allow
+    rates = [12_500] * 300
+    rates[140:147] = [12_500 + burst // 7] * 7
+    middle = series(rates)
+    f = la.link_fidelity([middle], {middle.port: RATE}, FRAME, TOL, SHARE, burst_bytes=burst)
+    assert not f["valid"] and f["links"][0]["fast_windows"] == 1
