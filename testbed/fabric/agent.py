@@ -46,6 +46,7 @@ from testbed.fabric.pfc import Pause, PfcState, Resume, waiting_queues
 from testbed.fabric.qos import find_cycle
 from testbed.fabric.reconcile import IngressLeaks, StaleDepths, held_bytes
 from testbed.fabric.telemetry import TelemetryWriter
+from testbed.run.procs import take_priority
 from testbed.runfolder import RunFolder
 
 DEADLOCK_CHECK_NS = 10_000_000
@@ -437,12 +438,7 @@ def main(argv=None) -> int:
         # the agent gets a real-time priority (it sleeps between looks, MIN_SLEEP_S at least, so
         # it cannot starve the datapath), else the best nice level. Without PFC, preempting the
         # traffic a thousand times a second for telemetry would only cost fidelity (measured).
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-            agent.scheduling = "SCHED_FIFO 10"
-        except (PermissionError, OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, -10)
-            agent.scheduling = "nice -10"
+        agent.scheduling = take_priority(10, -10)
     agent.folder.announce("agent")
     try:
         stats = agent.run()

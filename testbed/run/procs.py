@@ -21,6 +21,17 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def take_priority(rt_priority: int, fallback_nice: int) -> str:
+    """This process at SCHED_FIFO rt_priority, or where it lacks the right (a container without
+    CAP_SYS_NICE) at nice fallback_nice; returns which, as the run records it."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
+        return f"SCHED_FIFO {rt_priority}"
+    except (PermissionError, OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, fallback_nice)
+        return f"nice {fallback_nice}"
+
+
 class ManagedProcess:
     """A child process with its output in a log file; a context manager that always stops it."""
 

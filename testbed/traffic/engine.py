@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.fabric.netns import netns_of
+from testbed.run.procs import take_priority
 from testbed.runfolder import RunFolder
 from testbed.traffic import nic
 from testbed.traffic.packets import (MESSAGE_END_FILTER, PAYLOAD_HEADER_LEN, RC_SEND_ONLY, ROCE_SOCKET_FILTER,
@@ -303,16 +304,6 @@ class Engine:
                     "complete_ns", "acked_ns")}}
 
 
-def prioritise() -> str:
-    """The data plane's own priority (ENGINE_RT_PRIORITY, else ENGINE_NICE_FALLBACK), as said."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(ENGINE_RT_PRIORITY))
-        return f"SCHED_FIFO {ENGINE_RT_PRIORITY}"
-    except (PermissionError, OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, ENGINE_NICE_FALLBACK)
-        return f"nice {ENGINE_NICE_FALLBACK}"
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     plan = EnginePlan.from_json(json.loads(Path(argv[0]).read_text()))
@@ -323,7 +314,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
     engine = Engine(plan)
-    engine.scheduling = prioritise()
+    engine.scheduling = take_priority(ENGINE_RT_PRIORITY, ENGINE_NICE_FALLBACK)
     folder = engine.folder
     folder.announce("engine")
     if stopped:
