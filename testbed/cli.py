@@ -169,7 +169,7 @@ def cmd_calibrate(args) -> int:
     sc = load_scenario(args.name, args.set)
     if os.geteuid() != 0:
         raise SetupError(NEEDS_ROOT)
-    cal = calibrate(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"))
+    cal = calibrate(sc, run_and_judge, lambda m: console.print(f"[dim]{m}[/]"), from_top=True)
     console.print(f"{args.name}: {sc.fabric.topology} kept up at {cal['faithful_mbps']:g} Mb/s "
                   f"({cal['frame_bytes']} B payloads, {cal['spare_cores']:.2f} cores spare); cached in {cal['file']}")
     if sc.version >= 2:

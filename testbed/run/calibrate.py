@@ -260,14 +260,52 @@ def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
     return dilate(hw, sc.fabric.bw_mbps / rate_mbps, "calibration")
 
 
-def calibrate(sc: Scenario, run_and_judge, log) -> dict:
+def earlier(sc: Scenario) -> list[dict]:
+    """The calibrations of sc's fabric on this machine by any version of the emulating code, newest
+    first."""
+    _, key = cache_file(sc)
+    out = []
+    for p in CALIBRATION_DIR.glob(f"{sc.fabric.topology}-*.json"):
+        try:
+            c = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        k = c.get("key") if isinstance(c, dict) else None
+        if (isinstance(k, dict) and k.get("signature") == key["signature"] and k.get("machine") == key["machine"]
+                and k.get("calibration_version") == CALIBRATION_VERSION and c.get("faithful_mbps")):
+            out.append(c)
+    return sorted(out, key=lambda c: str(c.get("measured_utc")), reverse=True)
+
+
+def first_rung(sc: Scenario, from_top: bool) -> tuple[float, dict | None]:
+    """The rate a calibration starts at: the ladder's top, or (unless from_top) the highest rate
+    this machine has carried sc's fabric at in any earlier calibration, and that calibration. The
+    rungs above it failed in every one of them, and a failing rung is the dearest: it falls behind
+    and loses tens of thousands of frames before it ends (the 4x4 torus's 40 Mb/s rung failed in all
+    18 of its calibrations here on 2026-12-04/05, by 10 versions of the code, 21-34 s each where
+    timed: about 30 s of the flagship's 147 s first run after a code change). `testbed calibrate`
+    starts from the top: what a change to the code gained shows there."""
+    top = max(r for r in LADDER_MBPS if r <= sc.fabric.bw_mbps) if sc.fabric.bw_mbps >= LADDER_MBPS[-1] else 0.0
+    if from_top:
+        return top, None
+    best = max(earlier(sc), key=lambda c: (c["faithful_mbps"], str(c.get("measured_utc"))), default=None)
+    if best is None or best["faithful_mbps"] >= top:
+        return top, None
+    return best["faithful_mbps"], best
+
+
+def calibrate(sc: Scenario, run_and_judge, log, from_top: bool = False) -> dict:
     """Measure, cache and return the calibration of sc's fabric here. run_and_judge(scenario,
-    results_dir) runs one emulation and returns its summary."""
+    results_dir) runs one emulation and returns its summary. The ladder starts at first_rung."""
     path, key = cache_file(sc)
     spare = spare_cores()
     tried = []
     faithful = None
-    for rate in (r for r in LADDER_MBPS if r <= sc.fabric.bw_mbps):
+    start, after = first_rung(sc, from_top)
+    if after is not None:
+        log(f"calibrating {sc.fabric.topology} from {start:g} Mb/s: the highest rate this machine has carried it "
+            f"at (calibration of {after['measured_utc'][:16]}); `testbed calibrate` measures from the top")
+    for rate in (r for r in LADDER_MBPS if r <= start):
         for attempt in (1, 2):
             log(f"calibrating {sc.fabric.topology} at {rate:g} Mb/s (shift permutation, "
                 f"{rung_traffic_s(rate, sc.workload.payload_bytes):.1f} s)"
@@ -291,6 +329,9 @@ def calibrate(sc: Scenario, run_and_judge, log) -> dict:
         raise RunFailed(f"calibration: this machine kept up with {sc.fabric.topology} at none of {rates} Mb/s")
     hosts = [h.name for h in build_fabric(sc.fabric).hosts]
     out = {"calibration_version": CALIBRATION_VERSION, "key": key, "faithful_mbps": faithful, "tried": tried,
+           "started_mbps": start,
+           "started_from": None if after is None else {"file": after.get("file"), "faithful_mbps": after["faithful_mbps"],
+                                                       "measured_utc": after.get("measured_utc")},
            "frame_bytes": sc.workload.payload_bytes, "spare_cores": spare,
            "frame_hops": frame_hops(sc, [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]),
            "measured_utc": datetime.now(timezone.utc).isoformat(), "file": str(path)}
@@ -325,7 +366,9 @@ def auto_factor(sc: Scenario, cal: dict, spare_now: float) -> tuple[float, dict]
                "calibration_frame_hops": cal["frame_hops"], "demand_ratio": demand_ratio,
                "spare_cores_at_calibration": cal["spare_cores"], "spare_cores_now": spare_now,
                "cpu_factor": cpu, "unrounded": base * demand_ratio * cpu, "calibration_file": cal["file"],
-               "calibration_measured_utc": cal["measured_utc"], "calibration_tried": cal["tried"]}
+               "calibration_measured_utc": cal["measured_utc"], "calibration_tried": cal["tried"],
+               # the ladder's first rung: below its top when an earlier calibration started it lower
+               "calibration_started_mbps": cal.get("started_mbps")}
 
 
 def run_and_analyze(sc: Scenario, results_dir: Path | None = None, log=print) -> dict:

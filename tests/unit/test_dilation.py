@@ -164,17 +164,58 @@ def test_calibration_runs_a_rung_again_only_when_steal_spoiled_it(tmp_path, monk
                                  "machine_busy_fraction": 0.5, "machine_steal_fraction": steal}}
         return judge, seen
 
+    # (each from the ladder's top, as `testbed calibrate` measures: an auto run's starts lower after
+    # an earlier calibration, test_a_calibration_starts_at_the_highest_rate_...)
     # a rung failed under 30% steal is run again, and taken when its second run keeps up
     judge, seen = judge_of([(False, 0.30), (True, 0.01)])
-    out = cal.calibrate(hw, judge, log=lambda *_: None)
+    out = cal.calibrate(hw, judge, log=lambda *_: None, from_top=True)
     assert out["faithful_mbps"] == 40 and seen == [40, 40] and len(out["tried"]) == 2
     # on a quiet machine a failed rung is not run again: the ladder steps down
     judge, seen = judge_of([(False, 0.01), (True, 0.0)])
-    out = cal.calibrate(hw, judge, log=lambda *_: None)
+    out = cal.calibrate(hw, judge, log=lambda *_: None, from_top=True)
     assert out["faithful_mbps"] == 20 and seen == [40, 20]
     # a rung that failed twice under steal is left too
     judge, seen = judge_of([(False, 0.2), (False, 0.2), (True, 0.2)])
-    assert cal.calibrate(hw, judge, log=lambda *_: None)["faithful_mbps"] == 20 and seen == [40, 40, 20]
+    assert cal.calibrate(hw, judge, log=lambda *_: None, from_top=True)["faithful_mbps"] == 20 and seen == [40, 40, 20]
+
+
+def test_a_calibration_starts_at_the_highest_rate_an_earlier_one_carried_this_fabric_at(tmp_path, monkeypatch):
+    from testbed.run import calibrate as cal
+    monkeypatch.setattr(cal, "CALIBRATION_DIR", tmp_path)
+    hw = hardware(dilation="auto")
+    seen = []
+
+    def judge(sc, _results):
+        seen.append(sc.fabric.bw_mbps)
+        kept = sc.fabric.bw_mbps <= 10
+        return {"run_id": f"r{len(seen)}", "status": "ok" if kept else "inconclusive",
+                "fidelity": {"verdict": "kept_up" if kept else "could_not_keep_up", "notes": [] if kept else ["x"],
+                             "machine_busy_fraction": 0.5, "machine_steal_fraction": 0.0}}
+
+    quiet = lambda *_: None  # noqa: E731
+    # nothing earlier: from the top
+    first = cal.calibrate(hw, judge, quiet)
+    assert seen == [40, 20, 10] and first["started_mbps"] == 40 and first["started_from"] is None
+    # the same fabric after a change to the code (another cache key): from the rate it carried
+    monkeypatch.setattr(cal, "code_version", lambda: "changed")
+    assert cal.cached(hw) is None
+    seen.clear()
+    again = cal.calibrate(hw, judge, quiet)
+    assert seen == [10] and again["faithful_mbps"] == 10 and again["started_mbps"] == 10
+    assert again["started_from"]["file"] == first["file"] and again["file"] != first["file"]
+    # ... and down the ladder from there when the change cost it that rate
+    monkeypatch.setattr(cal, "code_version", lambda: "slower")
+    seen.clear()
+    slower = cal.calibrate(hw, lambda sc, r: judge(dataclasses.replace(
+        sc, fabric=dataclasses.replace(sc.fabric, bw_mbps=sc.fabric.bw_mbps * 2)), r), quiet)
+    assert seen == [20, 10] and slower["faithful_mbps"] == 5
+    # the highest of the earlier ones, not the newest; and `testbed calibrate` (from_top) from the top
+    monkeypatch.setattr(cal, "code_version", lambda: "third")
+    assert cal.first_rung(hw, from_top=False)[0] == 10
+    assert cal.first_rung(hw, from_top=True) == (40, None)
+    # another fabric (here PFC on) has no earlier calibration: from the top
+    pfc = dataclasses.replace(hw, qos=dataclasses.replace(hw.qos, pfc=not hw.qos.pfc))
+    assert cal.first_rung(pfc, from_top=False) == (40, None)
 
 
 def test_every_rung_gives_each_host_enough_windows_for_the_verdicts_share():
