@@ -1,9 +1,11 @@
 """Errors users can act on. InputError means bad input: exit code 2, nothing started."""
 from __future__ import annotations
 
+import contextlib
 import difflib
 import signal
 import sys
+import threading
 
 
 class InputError(Exception):
@@ -54,6 +56,34 @@ def on_signal(signum, _frame):
     exc = Terminated("terminated by SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
     _pending = exc
     raise exc
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT and SIGTERM held while the block runs, then acted on as they would have been: for a
+    cleanup that must finish. Holding them with pthread_sigmask is not enough: it holds them from
+    the calling thread only, the kernel hands a process's signal to any thread that does not block
+    it (pyroute2's and rich's have none blocked), and Python then runs the handler in the main thread
+    all the same (2026-12-05: a SIGINT during a teardown so guarded left six bridges and two veth
+    pairs, and the run's record of them was removed). Here the handler itself is swapped. Outside
+    the main thread, where no handler runs, it holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    hold = lambda signum, _frame: got.append(signum)  # noqa: E731
+    old = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if got:
+            handler = old[got[0]]
+            if callable(handler):
+                handler(got[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(got[0])
 
 
 def raise_pending() -> None:

@@ -22,7 +22,7 @@ from mininet.node import OVSSwitch, RemoteController
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.errors import RunFailed, SetupError
+from testbed.errors import RunFailed, SetupError, signals_held
 from testbed.fabric.ovs import existing_bridges, wait_for_inflight_commands
 from testbed.fabric.ports import PortConfig, PortManager
 from topologies.mn_adapter import to_mininet_topo
@@ -173,8 +173,7 @@ class EmulatedFabric:
 
     def __exit__(self, *exc) -> bool:
         # Teardown must finish even if the user presses Ctrl-C again.
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
+        with signals_held():
             t0 = time.monotonic()
             self.ports.close()
             if self.net is not None:
@@ -191,8 +190,6 @@ class EmulatedFabric:
             self._remove_leftovers()
             self.timings["teardown_leftovers_s"] = time.monotonic() - t1
             self.timings["teardown_s"] = time.monotonic() - t0
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return False
 
     def _stop_net(self) -> None:

@@ -99,9 +99,19 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
             manifest["error"] = f"{type(e).__name__}: {e}"
             raise
         finally:
+            # what the teardown left (an interrupt it could not hold off, a command that failed)
+            # goes now, by the record, before the record does
+            try:
+                left = record.close()
+            except Exception as e:  # the record stays, for `testbed clean` and the next run
+                left = []
+                manifest["cleanup_error"] = repr(e)
+                log(f"could not remove what the teardown left ({e!r}); `testbed clean` will")
+            if left:
+                manifest["removed_after_teardown"] = left
+                log(f"removed what the teardown left: {', '.join(left)}")
             manifest["finished_utc"] = datetime.now(timezone.utc).isoformat()
             rf.manifest.write_text(json.dumps(manifest, indent=1))
-            record.remove()
         return run_dir
 
 

@@ -7,6 +7,7 @@ left behind can be removed later — and nothing else.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -16,8 +17,9 @@ import time
 from pathlib import Path
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.errors import Busy
+from testbed.errors import Busy, signals_held
 from testbed.fabric.ovs import existing_bridges, wait_for_inflight_commands
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/fabric-testbed"))
@@ -99,6 +101,44 @@ class RunRecord:
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
 
+    def close(self) -> list[str]:
+        """At the run's end: remove whatever of it is still there (a teardown cut short), then the
+        record. Returns what was removed; if removing fails, the record stays for `testbed clean`."""
+        with signals_held():
+            removed = remove_recorded(self.data)
+            self.remove()
+        return removed
+
+
+def remove_recorded(data: dict) -> list[str]:
+    """Remove what a run's record names that is still there: its processes (by PID and command
+    line), bridges and interfaces, and nothing else. Returns what was removed."""
+    removed: list[str] = []
+    wait_for_inflight_commands(set(data.get("bridges", [])) | set(data.get("interfaces", [])))
+    for proc in data.get("processes", []):
+        p = proc["pid"]
+        if p != os.getpid() and _alive(p) and _cmdline(p) == proc["cmdline"]:
+            os.kill(p, signal.SIGKILL)
+            removed.append(f"process {p}")
+    present = existing_bridges()
+    for br in data.get("bridges", []):
+        if br in present:
+            subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=True)
+            removed.append(f"bridge {br}")
+    mine = set(data.get("interfaces", []))
+    if mine:
+        with IPRoute() as ipr:
+            # one dump, not a lookup a name: a k=8 fat-tree records hundreds
+            for link in ipr.get_links():
+                if link.get_attr("IFLA_IFNAME") in mine:
+                    try:
+                        ipr.link("del", index=link["index"])
+                    except NetlinkError as e:
+                        if e.code != errno.ENODEV:  # its peer's deletion took it just now
+                            raise
+                    removed.append(f"interface {link.get_attr('IFLA_IFNAME')}")
+    return removed
+
 
 def clean_stale(log=print) -> list[str]:
     """Remove what runs whose runner is dead left behind. Returns what was removed."""
@@ -114,23 +154,8 @@ def clean_stale(log=print) -> list[str]:
         pid = data.get("runner_pid")
         if pid and _alive(pid) and _cmdline(pid) == data.get("runner_cmdline"):
             continue  # still running
-        wait_for_inflight_commands(set(data.get("bridges", [])) | set(data.get("interfaces", [])))
-        for proc in data.get("processes", []):
-            p = proc["pid"]
-            if _alive(p) and _cmdline(p) == proc["cmdline"]:
-                os.kill(p, signal.SIGKILL)
-                removed.append(f"process {p}")
-        present = existing_bridges()
-        for br in data.get("bridges", []):
-            if br in present:
-                subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], check=True)
-                removed.append(f"bridge {br}")
-        with IPRoute() as ipr:
-            for ifname in data.get("interfaces", []):
-                idx = ipr.link_lookup(ifname=ifname)
-                if idx:
-                    ipr.link("del", index=idx[0])
-                    removed.append(f"interface {ifname}")
+        these = remove_recorded(data)
+        removed += these
         path.unlink(missing_ok=True)
-        log(f"cleaned up after dead run {data.get('run_id')}: {len(removed)} objects removed")
+        log(f"cleaned up after dead run {data.get('run_id')}: {len(these)} objects removed")
     return removed
