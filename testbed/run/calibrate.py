@@ -378,12 +378,13 @@ def run_and_analyze(sc: Scenario, results_dir: Path | None = None, log=print) ->
     return analysis.analyze(runner.run(sc, log=log, results_dir=results_dir))
 
 
-def resolve(sc: Scenario, run_and_judge=None, log=print, slower: float = 1.0) -> Scenario:
+def resolve(sc: Scenario, run_and_judge=None, log=print, slower: float = 1.0, at_least: float = 1.0) -> Scenario:
     """The emulated scenario a run of hardware view sc runs: at run.dilation, or auto.
     run_and_judge(scenario, results_dir) -> summary runs a calibration's emulations (default:
     run_and_analyze); they keep their run folders under CALIBRATION_DIR/runs. slower: auto's D
     times this (a run again after one that could not keep up: slower_after), its wall-clock guard
-    with it; a D the scenario sets stays as set."""
+    with it; a D the scenario sets stays as set. at_least: auto's D no smaller than this (regress
+    runs a scenario at its baseline's D where auto's is smaller: like for like)."""
     run_and_judge = run_and_judge or (lambda s, d: run_and_analyze(s, d, log))
     if sc.dilation.chosen_by not in ("unresolved", "version1"):
         return sc   # resolved already (a job measured alone, a calibration)
@@ -396,11 +397,17 @@ def resolve(sc: Scenario, run_and_judge=None, log=print, slower: float = 1.0) ->
         log(f"{sc.name}: no calibration of this fabric on this machine and commit; measuring it")
         cal = calibrate(sc, run_and_judge, log)
     d, how = auto_factor(sc, cal, spare_cores())
+    if at_least > d:
+        d, how = at_least, {**how, "auto": d, "at_least": at_least}
+        # the wall-clock guard with it, as for slower
+        sc = dataclasses.replace(sc, run=dataclasses.replace(sc.run, time_limit_s=sc.run.time_limit_s * at_least / how["auto"]))
+    raised = f", raised from {how['auto']:g} to {at_least:g}, its baseline's" if "at_least" in how else ""
     if slower > 1.0:
         d, how = d * slower, {**how, "slower": slower}
         sc = dataclasses.replace(sc, run=dataclasses.replace(sc.run, time_limit_s=sc.run.time_limit_s * slower))
     log(f"{sc.name}: dilation {d:g} (auto: faithful {cal['faithful_mbps']:g} Mb/s here, margin {MARGIN:g}, "
         f"demand x{how['demand_ratio']:.2f}, spare CPU x{how['cpu_factor']:.2f}"
+        f"{raised}"
         f"{f', x{slower:g} after a run that could not keep up' if slower > 1.0 else ''}); links at "
         f"{sc.fabric.bw_mbps / d:.3g} Mb/s")
     return dilate(sc, d, "auto", how)

@@ -132,6 +132,32 @@ def test_a_run_again_after_one_that_fell_behind_runs_at_twice_autos_dilation_and
     assert resolve(fixed, log=quiet, slower=2.0).dilation.factor == 5000
 
 
+def test_regress_runs_at_its_baselines_dilation_where_autos_is_smaller_and_at_autos_where_larger(monkeypatch):
+    from testbed.run import calibrate as cal_mod
+    from testbed.run.calibrate import resolve
+    hw = load_scenario("incast-pfc")
+    cal = {"faithful_mbps": 20.0, "frame_hops": 1, "spare_cores": 2.0, "file": "f", "measured_utc": "t", "tried": []}
+    monkeypatch.setattr(cal_mod, "cached", lambda sc: cal)
+    monkeypatch.setattr(cal_mod, "spare_cores", lambda: 2.0)
+    quiet = lambda *_: None  # noqa: E731
+    auto = resolve(hw, log=quiet)
+    # the baseline's D, twice auto's: like for like, the wall-clock guard with it, and said so
+    up = resolve(hw, log=quiet, at_least=2 * auto.dilation.factor)
+    assert up.dilation.factor == 2 * auto.dilation.factor and up.dilation.chosen_by == "auto"
+    assert up.dilation.calibration["auto"] == auto.dilation.factor
+    assert up.dilation.calibration["at_least"] == 2 * auto.dilation.factor
+    assert up.run.time_limit_s == pytest.approx(2 * auto.run.time_limit_s)
+    # ... and a run again after it goes slower from there
+    again = resolve(hw, log=quiet, at_least=2 * auto.dilation.factor, slower=2.0)
+    assert again.dilation.factor == 4 * auto.dilation.factor
+    # a baseline measured faster than this machine keeps up with: auto's
+    down = resolve(hw, log=quiet, at_least=auto.dilation.factor / 2)
+    assert down.dilation.factor == auto.dilation.factor and "at_least" not in down.dilation.calibration
+    # a D the scenario sets is the user's
+    fixed = dataclasses.replace(hw, run=dataclasses.replace(hw.run, dilation=5000.0))
+    assert resolve(fixed, log=quiet, at_least=1e6).dilation.factor == 5000
+
+
 def test_the_ring_bound_pays_its_path_latency_on_every_step():
     sc = dilate(load_scenario("allreduce-torus"), 8000, "set")
     fabric = build_fabric(sc.fabric)
