@@ -158,6 +158,23 @@ def test_regress_runs_at_its_baselines_dilation_where_autos_is_smaller_and_at_au
     assert resolve(fixed, log=quiet, at_least=1e6).dilation.factor == 5000
 
 
+@pytest.mark.parametrize("name", ["incast-pfc", "allreduce-torus"])
+def test_regress_asks_for_its_baselines_dilation_and_without_a_baseline_for_autos(monkeypatch, name):
+    from testbed import cli
+    from testbed.regress.baselines import load_baseline
+
+    class Asked(Exception):
+        pass
+
+    def run_faithfully(n, sets, at_least=1.0):
+        raise Asked(at_least)
+    monkeypatch.setattr(cli, "_run_faithfully", run_faithfully)
+    with pytest.raises(Asked) as asked:
+        cli._judge(name, [], load_scenario(name))
+    base = load_baseline(name)
+    assert asked.value.args[0] == (base["dilation_factor"] if base else 1.0)
+
+
 def test_the_ring_bound_pays_its_path_latency_on_every_step():
     sc = dilate(load_scenario("allreduce-torus"), 8000, "set")
     fabric = build_fabric(sc.fabric)
