@@ -112,13 +112,19 @@ def test_auto_takes_the_calibrated_rate_with_its_margin_demand_and_spare_cpu():
     assert how_busy["cpu_factor"] == pytest.approx(2 / 1.75) and d_busy >= d
 
 
-def test_a_run_again_after_one_that_fell_behind_runs_at_twice_autos_dilation_and_a_set_one_stays(monkeypatch):
+@pytest.fixture
+def calibrated(monkeypatch):
+    """A cached calibration of 20 Mb/s and as much CPU spare now as then: auto's D without a run."""
     from testbed.run import calibrate as cal_mod
-    from testbed.run.calibrate import SLOWER_MAX, resolve, slower_after
-    hw = load_scenario("allreduce-torus")
     cal = {"faithful_mbps": 20.0, "frame_hops": 1, "spare_cores": 2.0, "file": "f", "measured_utc": "t", "tried": []}
     monkeypatch.setattr(cal_mod, "cached", lambda sc: cal)
     monkeypatch.setattr(cal_mod, "spare_cores", lambda: 2.0)
+    return cal
+
+
+def test_a_run_again_after_one_that_fell_behind_runs_at_twice_autos_dilation_and_a_set_one_stays(calibrated):
+    from testbed.run.calibrate import SLOWER_MAX, resolve, slower_after
+    hw = load_scenario("allreduce-torus")
     quiet = lambda *_: None  # noqa: E731
     first = resolve(hw, log=quiet)
     again = resolve(hw, log=quiet, slower=slower_after(1))
@@ -132,13 +138,9 @@ def test_a_run_again_after_one_that_fell_behind_runs_at_twice_autos_dilation_and
     assert resolve(fixed, log=quiet, slower=2.0).dilation.factor == 5000
 
 
-def test_regress_runs_at_its_baselines_dilation_where_autos_is_smaller_and_at_autos_where_larger(monkeypatch):
-    from testbed.run import calibrate as cal_mod
+def test_regress_runs_at_its_baselines_dilation_where_autos_is_smaller_and_at_autos_where_larger(calibrated):
     from testbed.run.calibrate import resolve
     hw = load_scenario("incast-pfc")
-    cal = {"faithful_mbps": 20.0, "frame_hops": 1, "spare_cores": 2.0, "file": "f", "measured_utc": "t", "tried": []}
-    monkeypatch.setattr(cal_mod, "cached", lambda sc: cal)
-    monkeypatch.setattr(cal_mod, "spare_cores", lambda: 2.0)
     quiet = lambda *_: None  # noqa: E731
     auto = resolve(hw, log=quiet)
     # the baseline's D, twice auto's: like for like, the wall-clock guard with it, and said so
