@@ -128,7 +128,7 @@ def remove_recorded(data: dict) -> list[str]:
     mine = set(data.get("interfaces", []))
     if mine:
         with IPRoute() as ipr:
-            # one dump, not a lookup a name: a k=8 fat-tree records hundreds
+            # one dump, not a lookup per name: a k=8 fat-tree records hundreds
             for link in ipr.get_links():
                 if link.get_attr("IFLA_IFNAME") in mine:
                     try:
