@@ -80,6 +80,8 @@ class RunFolder:
     telemetry = _File("telemetry.bin", "queue samples (testbed.records.TELEMETRY)")
     pfc_events = _File("pfc_events.jsonl", "every pause and resume, with its cause and reaction")
     deadlock = _File("deadlock.json", "written when the agent finds a PFC deadlock")
+    behind = _File("behind.json", "written when a calibration rung's agent finds Open vSwitch behind in more "
+                                  "samples than any verdict allows")
     # -- written by the runner and the analysis at the top of the folder
     manifest = _result("manifest.json", "what ran: versions, mechanisms, timings, the error if any")
     summary = _result("summary.json", "the results (testbed.analysis.summary)")

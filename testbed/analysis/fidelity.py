@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from testbed.analysis.losses import LossAccount
 from testbed.analysis.tables import RunInputs
+# Open vSwitch lagging in more than this share of the samples (the switch agent, which counts them,
+# stops a calibration rung by the same rule)
+from testbed.fabric.agent_plan import MAX_INPUT_BUSY_FRACTION
 
-# The run says it could not keep up when any is crossed.
+# The run says it could not keep up when crossed.
 MAX_MACHINE_BUSY_FRACTION = 0.97
-# Open vSwitch may lag for an instant; lagging this often means the fabric ran above its capacity.
-MAX_INPUT_BUSY_FRACTION = 0.05
 
 
 def cores_used(inp: RunInputs) -> dict:
@@ -108,7 +109,9 @@ def _machine_notes(inp: RunInputs, qos: dict | None) -> list[str]:
             f"Open vSwitch fell behind: frames waited in its input sockets (over "
             f"{backlog['busy_threshold_bytes'] // 1024} KiB on a port) in "
             f"{backlog['busy_samples'] / backlog['samples']:.0%} of samples, up to "
-            f"{backlog['max_bytes'] // 1024} KiB on {backlog['worst_ports'][0]['port']}, {seen}")
+            f"{backlog['max_bytes'] // 1024} KiB on {backlog['worst_ports'][0]['port']}, {seen}"
+            + ("; the calibration rung was stopped once no verdict could pass it" if backlog.get("stopped_the_run")
+               else ""))
     if inp.cpu.get("machine_busy_fraction", 0) > MAX_MACHINE_BUSY_FRACTION:
         notes.append(f"the machine was {inp.cpu['machine_busy_fraction']:.0%} busy")
     overruns = qos["pfc"]["headroom_overruns"] if qos else []

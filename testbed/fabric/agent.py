@@ -130,6 +130,7 @@ class Agent:
         self.reaction_ns: list[int] = []
         self.pauses = self.resumes = self.watchdog_fired = 0
         self.deadlock: dict | None = None
+        self.behind: dict | None = None   # a calibration rung's settled verdict (give_up_after_s)
         self.stop_requested = False
         self.scheduling = "default"
         self.controller: ControllerLink | None = None
@@ -317,7 +318,7 @@ class Agent:
         # machine's, the hypervisor's steal among them.) [next due, period, task]
         chores = [[start + DEADLOCK_CHECK_NS, DEADLOCK_CHECK_NS, self._chore_control],
                   [start + REPORT_NS, REPORT_NS, self._chore_report],
-                  [start, INPUT_SAMPLE_NS, lambda now: self.inputs.sample()],
+                  [start, INPUT_SAMPLE_NS, self._chore_inputs],
                   [start + FLUSH_NS, FLUSH_NS, self._chore_flush]]
         while not self.stop_requested:
             now = time.monotonic_ns()
@@ -395,6 +396,18 @@ class Agent:
         if not self._traffic_started and self.folder.announced("engine"):
             self._traffic_started = True
             self.controller.send(TrafficStarted(t_ns=now))
+
+    def _chore_inputs(self, now: int) -> None:
+        """Open vSwitch's input backlog; and in a calibration rung, whether it has already been
+        behind in more of the samples than the verdict allows in all the rung can still run."""
+        self.inputs.sample()
+        give_up_s = self.plan.give_up_after_s
+        if give_up_s and self._traffic_started and self.behind is None and self.inputs.past_any_verdict(
+                int(give_up_s * 1e9 / INPUT_SAMPLE_NS) + 1):
+            self.behind = {"t_ns": now, "samples": self.inputs.samples, "busy_samples": self.inputs.busy_samples,
+                           "give_up_after_s": give_up_s}
+            self._log({"event": "behind", **self.behind})
+            self.folder.behind.write_text(json.dumps(self.behind, indent=1))
 
     def _chore_report(self, now: int) -> None:
         self.report(now, self._view)

@@ -12,7 +12,7 @@ from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
 from pyroute2.netlink.rtnl.tcmsg import sched_htb, sched_tbf, tcmsg
 
-from testbed.fabric.agent_plan import LeafSpec
+from testbed.fabric.agent_plan import MAX_INPUT_BUSY_FRACTION, LeafSpec
 from testbed.fabric.netns import netns_of
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -192,6 +192,12 @@ class InputBacklog:
             busy |= rmem > INPUT_BUSY_BYTES
         self.samples += 1
         self.busy_samples += busy
+
+    def past_any_verdict(self, samples_left: int) -> bool:
+        """Whether Open vSwitch was behind in more than MAX_INPUT_BUSY_FRACTION of the samples the
+        run could take in all, had it samples_left more: its verdict can then only be
+        could_not_keep_up, however the rest of the run goes."""
+        return self.busy_samples > MAX_INPUT_BUSY_FRACTION * (self.samples + samples_left)
 
     def result(self) -> dict:
         worst = sorted(self.max_bytes.items(), key=lambda kv: kv[1], reverse=True)[:5]

@@ -10,7 +10,11 @@ from dataclasses import dataclass
 from testbed.fabric.qos import queue_key
 from testbed.jsonrecord import ClassKeyed
 
-AGENT_PLAN_VERSION = 1
+AGENT_PLAN_VERSION = 2   # 2: give_up_after_s
+# The fidelity verdict's rule (testbed.analysis.fidelity): Open vSwitch may lag for an instant; a
+# switch port with over INPUT_BUSY_BYTES waiting in its input socket (testbed.fabric.agent_io) in
+# more than this share of the agent's samples means the fabric ran above its capacity.
+MAX_INPUT_BUSY_FRACTION = 0.05
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,11 @@ class AgentPlan:
     watchdog_ms: float
     queues: tuple[QueueSpec, ...]
     leaves: tuple[LeafSpec, ...]
+    # A calibration rung's: the longest the agent may still run once the traffic has started (the
+    # engine's time limit, and the runner's stop after it). Past MAX_INPUT_BUSY_FRACTION of the
+    # samples that could take, the rung's verdict is settled and the agent says so (raw/behind.json),
+    # for the runner to stop it. 0: never (any other run goes on to its verdict).
+    give_up_after_s: float = 0.0
     plan_version: int = AGENT_PLAN_VERSION
 
     @property

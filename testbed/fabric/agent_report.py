@@ -25,7 +25,8 @@ def agent_account(agent) -> dict:
                         "over_allowance": int((react > agent.reaction_allowance_ns).sum())
                         if agent.reaction_allowance_ns else None},
         "deadlock": agent.deadlock,
-        "ovs_input_backlog": agent.inputs.result(),
+        "behind": agent.behind,
+        "ovs_input_backlog": {**agent.inputs.result(), "stopped_the_run": agent.behind is not None},
         "controller_lost": agent.controller.lost,
         "queues": [{**q.to_json(), **pol} for q, pol in zip(agent.queues, agent.queue_policy)],
         "queues_end": [{"row": r, "port": agent.queues[r].ifname, "node": agent.queues[r].node,

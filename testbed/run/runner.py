@@ -45,6 +45,9 @@ from testbed.traffic.workload import build_messages, engine_plan, nic_lead_ns
 RESULTS_DIR = Path(os.environ.get("TESTBED_RESULTS_DIR", PROJECT_ROOT / "results"))
 MANIFEST_VERSION = 2   # 2: the scenario as run (emulated) carries its dilation
 ENGINE_GRACE_S = 30.0
+# From the engine's time limit to the switch agent's stop: the engine's exit, the runner's counters
+# of every port (under a second here), with room to spare. A bound, for a calibration rung's agent.
+AGENT_STOP_S = 10.0
 ENGINE_HEARTBEAT_TIMEOUT_S = 3.0
 
 
@@ -279,7 +282,13 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> AgentPlan:
         map_fds={name: fd for name, fd in ports.bpf.map_fd.items() if name in bpfmaps.MAPS},
         first_minor=leaf_minor(0), frame_bytes=qos.frame_bytes(sc), poll_hz=sc.qos.agent_poll_hz,
         telemetry_hz=sc.qos.telemetry_hz, deadlock_detect_ms=sc.qos.deadlock_detect_ms,
-        watchdog_ms=sc.qos.pfc_watchdog_ms, queues=queues, leaves=leaves)
+        watchdog_ms=sc.qos.pfc_watchdog_ms, queues=queues, leaves=leaves,
+        # only a calibration rung stops once its verdict is settled: it wants no results but
+        # that verdict, and a rung far above the machine's capacity would otherwise run on, losing
+        # tens of thousands of frames, to its time limit (2026-12-05, CI: the 40 Mb/s rungs of the
+        # 4x4 torus, the 2x2x4 torus and the k=4 fat-tree took 34-40 s each, Open vSwitch behind
+        # in 30-87% of samples)
+        give_up_after_s=sc.run.time_limit_s + AGENT_STOP_S if sc.dilation.chosen_by == "calibration" else 0.0)
 
 
 def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, manifest, log, agent, progress) -> None:
@@ -321,6 +330,11 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
                     raise RunFailed(f"the switch agent exited during the run; log:\n{agent.log_tail()}")
                 if rf.deadlock.exists():
                     log("PFC deadlock detected: stopping the traffic (see raw/deadlock.json)")
+                    engine.stop()
+                    return True
+                if rf.behind.exists():
+                    log("Open vSwitch was behind in more samples than any verdict allows: stopping this "
+                        "calibration rung (see raw/behind.json)")
                     engine.stop()
                     return True
                 if progress and time.monotonic() >= next_show[0]:

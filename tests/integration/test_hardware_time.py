@@ -1,11 +1,13 @@
 """Hardware time on real runs (root): the flagship at two dilation factors agrees in hardware
 time, and the receiving NIC's delay line adds each path's latency, dilated (docs/dilation.md)."""
 import json
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
-from helpers import assert_ran, run_dirs, run_testbed, summary_of
+from helpers import ROOT, assert_ran, run_dirs, run_testbed, summary_of
 from testbed.run.calibrate import run_again
 
 pytestmark = pytest.mark.root
@@ -100,3 +102,41 @@ def test_the_delay_line_adds_each_paths_latency(two_factors):
     assert e["judged"] and e["ok"] and e["share"] < e["max_share"]
     # the hardware one-way latency is the configured path and what the fabric added
     assert s["dilation"]["metrics"]["one_way_latency_p50"]["hardware_us"] >= 2.5
+
+
+RUNG = """
+import json, sys
+from pathlib import Path
+from testbed.run.calibrate import calibration_scenario, run_and_analyze
+from testbed.scenario import load_scenario
+sc = calibration_scenario(load_scenario("allreduce-torus", ["fabric.dims=[2, 2]"]), float(sys.argv[1]))
+s = run_and_analyze(sc, Path(sys.argv[2]), log=print)
+print(json.dumps({"traffic_s": sc.workload.bytes_per_rank * 8 / (sc.fabric.bw_mbps * 1e6)}))
+"""
+
+
+def test_a_calibration_rung_far_above_the_machine_stops_once_no_verdict_could_pass_it(tmp_path):
+    # The 2x2 torus at 400 Mb/s a link, ten times the ladder's top: Open vSwitch falls behind at
+    # once. The rung's switch agent says so as soon as its backlog is in more samples than the
+    # verdict allows of all the rung could still take, and the runner stops the traffic there,
+    # long before the rung's own line-rate time; the verdict is the one the whole rung would have
+    # had (2026-12-05, before: a 40 Mb/s rung of the 4x4 torus ran 33.8 s, now 13.5 s)
+    out = subprocess.run([sys.executable, "-c", RUNG, "400", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    traffic_s = json.loads(out.stdout.strip().splitlines()[-1])["traffic_s"]
+    (run_dir,) = run_dirs(tmp_path)
+    s = summary_of(run_dir)
+    assert s["fidelity"]["verdict"] == "could_not_keep_up"
+    assert any(n.endswith("the calibration rung was stopped once no verdict could pass it")
+               for n in s["fidelity"]["notes"]), s["fidelity"]["notes"]
+    behind = json.loads((run_dir / "raw" / "behind.json").read_text())
+    engine = json.loads((run_dir / "raw" / "engine.json").read_text())
+    # stopped before even a faithful rung could have sent it all, at line rate
+    assert engine["reason"] == "terminated" and (engine["end_ns"] - engine["start_ns"]) / 1e9 < traffic_s
+    # sound: the samples the agent went on to take stayed within the bound it stopped on, and its
+    # backlog then was past the verdict's share of them all
+    backlog = json.loads((run_dir / "raw" / "agent.json").read_text())["ovs_input_backlog"]
+    bound = behind["samples"] + behind["give_up_after_s"] / 0.02 + 1
+    assert backlog["stopped_the_run"] and backlog["samples"] <= bound
+    assert backlog["busy_samples"] / backlog["samples"] >= behind["busy_samples"] / bound > 0.05

@@ -366,3 +366,27 @@ def test_the_emulator_latency_counts_only_frames_that_met_no_switch_queue():
     # a run whose every frame met a queue cannot tell: not judged, and it says how many frames it had
     e = emulator_latency(pkts, plan, lambda s, d: 2, factor=1000.0, hw_per_hop_ns=1000.0, queues=(t, np.ones(len(t), bool)))
     assert not e["judged"] and e["ok"] and e["queue_free_frames"] == 0 and e["frames"] == 4
+
+
+def latency_rung(notes, share, verdict="could_not_keep_up"):
+    """A calibration rung's summary as the judge reads it: its verdict, notes and emulator latency."""
+    return {"run_id": "r", "status": "ok" if verdict == "kept_up" else "inconclusive",
+            "fidelity": {"verdict": verdict, "notes": notes, "machine_steal_fraction": 0.0},
+            "dilation": {"emulator_latency": {"judged": True, "ok": share <= 0.10, "share": share, "max_share": 0.10}}}
+
+
+def test_a_rung_failed_only_by_the_emulators_latency_carries_where_the_runs_d_brings_it_within(tmp_path, monkeypatch):
+    from testbed.run import calibrate as cal
+    assert cal.carried(latency_rung([], 0.05, "kept_up"))
+    assert cal.carried(latency_rung(["latency"], 0.16))               # 6.4% at the run's D
+    assert cal.carried(latency_rung(["latency"], 0.10 * cal.MARGIN))  # at the limit there
+    assert not cal.carried(latency_rung(["latency"], 0.26))           # 10.4% at the run's D
+    assert not cal.carried(latency_rung(["latency", "links"], 0.16))  # another rule failed it too
+    assert not cal.carried(latency_rung(["links"], 0.05))             # the latency was not what failed it
+    assert not cal.carried({"fidelity": {"verdict": "not_judged", "notes": ["x"]}, "dilation": {}})
+    # the ladder takes such a rung, and says which it was
+    monkeypatch.setattr(cal, "CALIBRATION_DIR", tmp_path)
+    answers = [latency_rung(["latency"], 0.30), latency_rung(["latency"], 0.16)]
+    out = cal.calibrate(hardware(dilation="auto"), lambda sc, _d: answers.pop(0), log=lambda *_: None, from_top=True)
+    assert out["faithful_mbps"] == 20 and [t["carried"] for t in out["tried"]] == [False, True]
+    assert out["tried"][1]["verdict"] == "could_not_keep_up"
