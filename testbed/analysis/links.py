@@ -46,18 +46,34 @@ class PortSeries:
 
 def port_series(tel: pd.DataFrame) -> list[PortSeries]:
     """The telemetry holds a row per queue only when it changed; carry each queue's last value
-    forward over the grid of sampling times and add its classes up per port."""
+    forward over the grid of sampling times and add its classes up per port. Each queue's value is
+    a step function of the grid, so a port's sum is the running total of its queues' steps (a
+    pivot per port took 5 of the flagship's 10 s of analysis, called three times a run)."""
     if tel.empty:
         return []
-    grid = np.sort(tel["t_ns"].unique())
-    out = []
-    for port, g in tel.groupby("port", sort=True):
-        depth = g.pivot_table(index="t_ns", columns="queue", values="depth_bytes", aggfunc="last")
-        deq = g.pivot_table(index="t_ns", columns="queue", values="deq_bytes", aggfunc="last")
-        depth = depth.reindex(grid).ffill().fillna(0).sum(axis=1).to_numpy(dtype="float64")
-        deq = deq.reindex(grid).ffill().fillna(0).sum(axis=1).to_numpy(dtype="float64")
-        out.append(PortSeries(str(port), grid, depth, deq))
-    return out
+    grid = np.unique(tel["t_ns"].to_numpy())
+    tel = tel[tel["port"].notna()]
+    if tel.empty:
+        return []
+    at = np.searchsorted(grid, tel["t_ns"].to_numpy())
+    queue = tel["queue"].to_numpy()
+    port_of_row, ports = pd.factorize(tel["port"], sort=True)
+    # rows by queue, then time, then as recorded: a queue's last row at a sampling time is its value there
+    order = np.lexsort((np.arange(len(tel)), at, queue))
+    q, t = queue[order], at[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (q[1:] != q[:-1]) | (t[1:] != t[:-1])
+    rows, q, t = order[last], q[last], t[last]
+    first_of_queue = np.ones(len(rows), dtype=bool)
+    first_of_queue[1:] = q[1:] != q[:-1]
+    out_cols = {}
+    for col in ("depth_bytes", "deq_bytes"):
+        v = tel[col].to_numpy(dtype="float64")[rows]
+        step = v - np.where(first_of_queue, 0.0, np.roll(v, 1))
+        steps = np.bincount(port_of_row[rows] * len(grid) + t, weights=step, minlength=len(ports) * len(grid))
+        out_cols[col] = np.cumsum(steps.reshape(len(ports), len(grid)), axis=1)
+    return [PortSeries(str(port), grid, out_cols["depth_bytes"][i], out_cols["deq_bytes"][i])
+            for i, port in enumerate(ports)]
 
 
 def paused_mask(t_ns: np.ndarray, pauses: list[tuple[int, int]]) -> np.ndarray:

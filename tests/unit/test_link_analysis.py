@@ -224,6 +224,21 @@ def test_port_series_carries_sparse_rows_forward_and_adds_classes():
     assert list(q.depth_bytes) == [0, 0, 7] and list(q.drained_bytes) == [0, 0, 70]
 
 
+def test_port_series_takes_a_queues_last_row_at_a_time_whatever_the_rows_order_and_skips_unplanned_queues():
+    tel = pd.DataFrame([
+        {"t_ns": 3, "queue": 0, "port": "p", "depth_bytes": 9, "deq_bytes": 90},      # recorded late
+        {"t_ns": 1, "queue": 0, "port": "p", "depth_bytes": 300, "deq_bytes": 10},
+        {"t_ns": 1, "queue": 0, "port": "p", "depth_bytes": 40, "deq_bytes": 20},     # the last at t=1
+        {"t_ns": 2, "queue": 5, "port": None, "depth_bytes": 1, "deq_bytes": 1},       # in no plan's port
+        {"t_ns": 2, "queue": 1, "port": "p", "depth_bytes": 2**40, "deq_bytes": 2**41},
+    ])
+    for c in ("depth_bytes", "deq_bytes"):
+        tel[c] = tel[c].astype("uint64")   # as the telemetry records them: a queue that drains steps down
+    (p,) = la.port_series(tel)
+    assert list(p.t_ns) == [1, 2, 3]
+    assert list(p.depth_bytes) == [40, 40 + 2**40, 9 + 2**40] and list(p.drained_bytes) == [20, 20 + 2**41, 90 + 2**41]
+
+
 def test_utilisation_per_bin_and_link_table():
     s = series([12_500] * 10 + [6_250] * 10, t0=1000 * MS)
     util = la.utilisation([s], {s.port: RATE}, 1000 * MS, 1020 * MS, bin_ms=5)
