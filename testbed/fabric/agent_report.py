@@ -25,7 +25,6 @@ def agent_account(agent) -> dict:
                         "over_allowance": int((react > agent.reaction_allowance_ns).sum())
                         if agent.reaction_allowance_ns else None},
         "deadlock": agent.deadlock,
-        "behind": agent.behind,
         "ovs_input_backlog": {**agent.inputs.result(), "stopped_the_run": agent.behind is not None},
         "controller_lost": agent.controller.lost,
         "queues": [{**q.to_json(), **pol} for q, pol in zip(agent.queues, agent.queue_policy)],

@@ -333,10 +333,11 @@ def calibrate(sc: Scenario, run_and_judge, log, from_top: bool = False) -> dict:
             s = run_and_judge(calibration_scenario(sc, rate), CALIBRATION_DIR / "runs")
             fid = s["fidelity"]
             steal = fid.get("machine_steal_fraction") or 0.0
-            tried.append({"rate_mbps": rate, "verdict": fid["verdict"], "carried": carried(s), "run_id": s["run_id"],
+            ok = carried(s)
+            tried.append({"rate_mbps": rate, "verdict": fid["verdict"], "carried": ok, "run_id": s["run_id"],
                           "notes": fid["notes"][:3], "machine_busy_fraction": fid.get("machine_busy_fraction"),
                           "machine_steal_fraction": steal})
-            if carried(s) and s["status"] in ("ok", "inconclusive"):
+            if ok and s["status"] in ("ok", "inconclusive"):
                 if fid["verdict"] != "kept_up":
                     share = s["dilation"]["emulator_latency"]["share"]
                     log(f"  carried at {rate:g} Mb/s: only the emulator's own latency failed it, {share:.0%} of the "

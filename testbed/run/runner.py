@@ -309,6 +309,8 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
         # the fault schedule's clock starts with the traffic
         with FaultInjector(sc, fabric, net, ctl, rf.faults, log) as faults:
             deadline = sc.run.time_limit_s + ENGINE_GRACE_S
+            # only a calibration rung's agent may say it is behind (build_agent_plan)
+            rung = sc.dilation.chosen_by == "calibration"
             started, next_show = time.monotonic(), [0.0]
             heartbeat = HeartbeatWatch(rf.heartbeat)
 
@@ -332,7 +334,7 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
                     log("PFC deadlock detected: stopping the traffic (see raw/deadlock.json)")
                     engine.stop()
                     return True
-                if rf.behind.exists():
+                if rung and rf.behind.exists():
                     log("Open vSwitch was behind in more samples than any verdict allows: stopping this "
                         "calibration rung (see raw/behind.json)")
                     engine.stop()

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from helpers import ROOT, assert_ran, run_dirs, run_testbed, summary_of
+from testbed.fabric.agent import INPUT_SAMPLE_NS
 from testbed.run.calibrate import run_again
 
 pytestmark = pytest.mark.root
@@ -137,6 +138,6 @@ def test_a_calibration_rung_far_above_the_machine_stops_once_no_verdict_could_pa
     # sound: the samples the agent went on to take stayed within the bound it stopped on, and its
     # backlog then was past the verdict's share of them all
     backlog = json.loads((run_dir / "raw" / "agent.json").read_text())["ovs_input_backlog"]
-    bound = behind["samples"] + behind["give_up_after_s"] / 0.02 + 1
+    bound = behind["samples"] + behind["give_up_after_s"] * 1e9 / INPUT_SAMPLE_NS + 1
     assert backlog["stopped_the_run"] and backlog["samples"] <= bound
     assert backlog["busy_samples"] / backlog["samples"] >= behind["busy_samples"] / bound > 0.05
