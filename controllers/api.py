@@ -11,8 +11,9 @@ the resolved scenario, the fabric with every switch's port numbers, the run's ev
 
 Requests and events, all os-ken events:
 - EventSetQueuePolicy (a request, answered by EventSetQueuePolicyReply): one field of a traffic
-  class's queue profile (ECN, Kmin, Kmax, Pmax, PFC, XOFF, XON, headroom) on every port, or on one
-  switch port; the QoS app carries it to the switch agent, at once or with the first policy;
+  class's queue policy (ECN, Kmin, Kmax, Pmax, PFC, XOFF, XON, headroom, buffer, weight) on every
+  port, or on one switch port; the QoS app carries it to the switch agent, at once or with the
+  first policy;
 - EventAgentReport: what the switch agent reports (kind ``telemetry`` ten times a second of
   wall-clock time, ``watchdog``, ``deadlock``, ``applied``, ``traffic_started``), as
   testbed.fabric.agent_link records them;
@@ -40,8 +41,9 @@ class EventSetQueuePolicy(event.EventRequestBase):
     """Set ``field`` (one of POLICY_FIELDS, as in [[classes]] and [[policy_changes]]) of class
     ``class_name`` to ``value``: on every port (switch None), or only on ``switch``'s OpenFlow
     port ``port``. Values are bytes and fractions as in a scenario file, never dilated. Per port,
-    the ECN fields and the PFC thresholds; ``pfc`` itself (which queues are lossless, and so the
-    pause map) only for a whole class."""
+    the ECN fields, the PFC thresholds, the buffer and the weight; ``pfc`` itself (which queues are
+    lossless, and so the pause map) only for a whole class. A weight only under weighted
+    scheduling."""
 
     def __init__(self, class_name: str, field: str, value, switch: str | None = None, port: int | None = None):
         super().__init__()

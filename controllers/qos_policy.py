@@ -37,7 +37,7 @@ from testbed.errors import InputError
 from testbed.fabric import qos
 from testbed.fabric.agent_link import PolicyMessage, PolicyUpdate, TrafficStarted, decode, encode
 from testbed.fabric.routing import compute_routes
-from testbed.scenario import POLICY_FIELDS, check_class_value
+from testbed.scenario import POLICY_FIELDS, check_class_value, policy_field_refused
 
 ACCEPT_TIMEOUT_S = 600.0
 
@@ -136,11 +136,14 @@ class QosPolicy(app_manager.OSKenApp):
     def _send_changes(self, conn, new: qos.PortPolicy) -> int:
         """What differs from the policy the agent has, as one update; how many queues changed."""
         old, self.policy = self.policy, new
+        reweighted = (new.weights, new.port_weights) != (old.weights, old.port_weights)
         msg = PolicyUpdate(queues={k: v for k, v in new.queues.items() if old.queues.get(k) != v},
                            pause_map=new.pause_map if new.pause_map != old.pause_map else None,
-                           # whole: the agent replaces its ingress thresholds
-                           ingress=new.ingress if new.ingress != old.ingress else None)
-        if msg.queues or msg.pause_map is not None or msg.ingress is not None:
+                           # whole: the agent replaces its ingress thresholds, and sets every leaf's weight
+                           ingress=new.ingress if new.ingress != old.ingress else None,
+                           weights=new.weights if reweighted else None,
+                           port_weights=new.port_weights if reweighted else None)
+        if msg.queues or msg.pause_map is not None or msg.ingress is not None or reweighted:
             self._send(conn, msg)
         return len(msg.queues)
 
@@ -165,6 +168,9 @@ class QosPolicy(app_manager.OSKenApp):
         try:
             if req.field not in POLICY_FIELDS:
                 raise InputError(where, req.field, f"expected one of {', '.join(POLICY_FIELDS)}")
+            why = policy_field_refused(req.field, self.sc.qos.scheduling)
+            if why:
+                raise InputError(where, req.field, why)
             names = [c.name for c in self.sc.classes]
             if req.class_name not in names:
                 raise InputError(where, "class_name", f"no class {req.class_name!r}; classes: {', '.join(names)}")

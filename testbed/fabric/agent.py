@@ -43,7 +43,7 @@ from testbed.fabric.agent_plan import AgentPlan
 from testbed.fabric.agent_report import agent_account
 from testbed.fabric.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.fabric.pfc import Pause, PfcState, Resume, waiting_queues
-from testbed.fabric.qos import find_cycle
+from testbed.fabric.qos import find_cycle, quantum_bytes
 from testbed.fabric.reconcile import IngressLeaks, StaleDepths, held_bytes
 from testbed.fabric.telemetry import TelemetryWriter
 from testbed.run.procs import take_priority
@@ -78,11 +78,14 @@ class Agent:
         self.n = int(self.qidx.max()) + 1 if len(self.qidx) else 0
         self.plan_row = np.full(self.n, -1, dtype=np.int64)
         self.plan_row[self.qidx] = np.arange(len(self.qidx))
-        self.leaves = plan.leaves                      # every pausable leaf
+        self.leaves = plan.leaves                      # every (port, class) leaf, pausable or not
         # per pausable leaf: pause, resume, its HTB bucket cut to a frame for the resume, and given back
-        self.leaf_msgs = [(tbf_message(l, l.paused), tbf_message(l, l.running),
-                           htb_class_message(l, l.htb_resume), htb_class_message(l, l.htb_running))
+        self.leaf_msgs = [[tbf_message(l, l.paused), tbf_message(l, l.running),
+                           htb_class_message(l, l.htb_resume), htb_class_message(l, l.htb_running)]
                           if l.pausable else None for l in self.leaves]
+        # per leaf: its HTB class's DRR quantum now (the classes' weights, from the policy)
+        self.leaf_quantum = [l.htb_running["quantum"] for l in self.leaves]
+        self.class_scheduling = "strict"
         # leaf -> when its own HTB bucket goes back: after RESTORE_FRAMES frame times at its rate
         self.restore_at: dict[int, int] = {}
         self.frame_ns = [plan.frame_bytes * 8e9 / l.bw_bps if l.pausable else 0 for l in self.leaves]
@@ -156,9 +159,12 @@ class Agent:
             m.dscp_class[FIRST_MINOR_KEY] = self.plan.first_minor
             self.rule = pol.pfc_accounting
             self.reaction_allowance_ns = int(pol.reaction_allowance_us * 1e3)
+            self.class_scheduling = pol.scheduling
             queues, pause_map, ingress = pol.queues, pol.pause_map, pol.ingress
+            weights, port_weights = pol.weights, pol.port_weights
         else:
             queues, pause_map, ingress = msg.queues, msg.pause_map, msg.ingress
+            weights, port_weights = msg.weights, msg.port_weights
         if pause_map is not None:
             self.pfc.feeders = {self.key_index[k]: [self.key_leaf[u] for u in ups] for k, ups in pause_map.items()}
         xoff, xon = self.pfc.xoff.copy(), self.pfc.xon.copy()
@@ -180,10 +186,34 @@ class Agent:
                 self.queue_policy[self.plan_row[ix]]["ingress"] = th.to_json()
         # a row no longer lossless stops holding its upstreams back
         self.carry_out(self.pfc.set_thresholds(xoff, xon))
+        reweighted = self.reweight(weights, port_weights or {}) if weights is not None else 0
         applied = Applied(kind=msg.TYPE, queues=len(queues), ecn_queues=int(sum(q.ecn_on for q in queues.values())),
-                          pfc_accounting=self.rule, pfc_queues=int(self.pfc.lossless.sum()))
+                          pfc_accounting=self.rule, pfc_queues=int(self.pfc.lossless.sum()), reweighted=reweighted)
         self._log({"event": "policy_applied", **applied.body()})
         self.controller.send(applied)
+
+    def reweight(self, weights: tuple[int, ...], port_weights: dict[str, int]) -> int:
+        """Every leaf's HTB quantum from the classes' weights (a switch port's own over its class's):
+        a leaf whose quantum changed gets it now, in the bucket it is in (a just-resumed leaf keeps
+        its one-frame bucket until restore_buckets gives its own back, which then carries the new
+        quantum too). How many leaves changed. A class-wide change is one netlink request per port
+        of the fabric, hosts' too, while no queue is watched: a weight is a rare, planned change."""
+        changed = 0
+        for i, l in enumerate(self.leaves):
+            weight = port_weights.get(l.id.key, weights[l.cls])
+            if l.queue >= 0:
+                self.queue_policy[self.plan_row[l.queue]]["weight"] = weight
+            quantum = quantum_bytes(self.class_scheduling, weight, self.plan.frame_bytes)
+            if quantum == self.leaf_quantum[i]:
+                continue
+            self.leaf_quantum[i] = quantum
+            resume = htb_class_message(l, {**l.htb_resume, "quantum": quantum})
+            running = htb_class_message(l, {**l.htb_running, "quantum": quantum})
+            if self.leaf_msgs[i] is not None:
+                self.leaf_msgs[i][2:] = [resume, running]
+            self.nl.request(l.ns_pid, resume if i in self.restore_at else running)
+            changed += 1
+        return changed
 
     # -- PFC ---------------------------------------------------------------------------------
 
@@ -282,15 +312,19 @@ class Agent:
     # -- telemetry ---------------------------------------------------------------------------
 
     def report(self, now: int, q: np.ndarray) -> None:
-        """A summary for the controller: the deepest queues, totals, what is paused."""
+        """A summary for the controller: the deepest queues, totals, what is paused (each paused
+        leaf, since when, and the queues holding it paused)."""
         depth = q["depth_bytes"]
         top = np.argsort(depth)[::-1][:3]
+        paused = [[self.leaves[leaf].ifname, self.leaves[leaf].cls, now - since,
+                   [self.queues[self.plan_row[r]].id.key for r in sorted(self.pfc.causes.get(leaf, ()))]]
+                  for leaf, since in self.paused_since.items()]
         self.controller.send(TelemetrySummary(
             t_ns=now,
             deepest=[[self.queues[self.plan_row[r]].ifname, int(self.queues[self.plan_row[r]].cls),
                       int(depth[r])] for r in top if depth[r] and self.plan_row[r] >= 0],
             marked=int(q["mark_pkts"].sum()), dropped=int(q["drop_pkts"].sum()),
-            paused_ports=len(self.pfc.causes), pauses=self.pauses))
+            paused_ports=len(self.pfc.causes), pauses=self.pauses, paused=paused))
 
     # -- the loop ----------------------------------------------------------------------------
 

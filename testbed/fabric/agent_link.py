@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from testbed.fabric.qos import IngressProfile, PortPolicy, QueueProfile
 from testbed.jsonrecord import ClassKeyed
 
-LINK_VERSION = 1
+LINK_VERSION = 2   # 2: the classes' weights (policy and update), the paused leaves (telemetry)
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,14 @@ class PolicyMessage:
 
 @dataclass(frozen=True)
 class PolicyUpdate:
-    """controller -> agent: the queues whose profile changed; the pause map and the ingress
-    thresholds whole, when they changed (None: unchanged)."""
+    """controller -> agent: the queues whose profile changed; the pause map, the ingress
+    thresholds and the weights (the classes' and the ports' own) whole, when they changed (None:
+    unchanged)."""
     queues: dict[str, QueueProfile]
     pause_map: dict[str, tuple[str, ...]] | None = None
     ingress: dict[str, IngressProfile] | None = None
+    weights: tuple[int, ...] | None = None
+    port_weights: dict[str, int] | None = None   # with weights, never alone
     TYPE = "update"
 
     def body(self) -> dict:
@@ -46,6 +49,9 @@ class PolicyUpdate:
             d["pause_map"] = {k: list(v) for k, v in self.pause_map.items()}
         if self.ingress is not None:
             d["ingress"] = {k: i.to_json() for k, i in self.ingress.items()}
+        if self.weights is not None:
+            d["weights"] = list(self.weights)
+            d["port_weights"] = dict(self.port_weights or {})
         return d
 
     @classmethod
@@ -53,7 +59,9 @@ class PolicyUpdate:
         return cls(queues={k: QueueProfile.from_json(q) for k, q in d["queues"].items()},
                    pause_map={k: tuple(v) for k, v in d["pause_map"].items()} if "pause_map" in d else None,
                    ingress={k: IngressProfile.from_json(i) for k, i in d["ingress"].items()}
-                   if "ingress" in d else None)
+                   if "ingress" in d else None,
+                   weights=tuple(d["weights"]) if "weights" in d else None,
+                   port_weights=dict(d["port_weights"]) if "weights" in d else None)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ class Applied(_Report):
     ecn_queues: int
     pfc_accounting: str
     pfc_queues: int
+    reweighted: int = 0       # leaves (ports' and host NICs' classes) whose weight changed
     TYPE = "applied"
 
 
@@ -85,7 +94,9 @@ class TelemetrySummary(_Report):
     marked: int
     dropped: int
     paused_ports: int
-    pauses: int
+    pauses: int               # so far
+    # every leaf paused now: [port, class, paused for ns, the queue keys holding it paused]
+    paused: list = dataclasses.field(default_factory=list)
     TYPE = "telemetry"
 
 

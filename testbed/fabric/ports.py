@@ -32,6 +32,7 @@ from testbed.fabric.bpfmaps import MAX_CLASSES, PortQosObject
 from testbed.fabric.netns import netns_of
 from testbed.fabric.qos import PortLayout, switch_port_slots
 from testbed.fabric.steering import run_helper
+from testbed.scenario.schema import MAX_BUFFER_BYTES
 
 # bfifo takes the same option struct as pfifo (struct tc_fifo_qopt { u32 limit; }), in bytes;
 # pyroute2 0.9 only registers the pfifo name.
@@ -172,10 +173,11 @@ class PortManager:
                 f"their order")
 
     def tbf_running(self, p: Port, cls: int) -> dict:
-        """The TBF leaf's parameters when not paused. Its limit is the class buffer plus a margin:
-        on switch ports port_enqueue enforces the class buffer exactly, so the TBF never drops."""
+        """The TBF leaf's parameters when not paused. On switch ports port_enqueue enforces the
+        class buffer exactly, whatever the controller sets it to at run time, so the leaf holds
+        the most any buffer may be, plus a margin, and never drops; a host NIC's, its class buffer."""
         c, layout = self.config, self.config.layout
-        limit = layout.buffers_bytes[cls] + (4 * (c.mtu_bytes + 14) if p.is_switch else 0)
+        limit = MAX_BUFFER_BYTES + 4 * (c.mtu_bytes + 14) if p.is_switch else layout.buffers_bytes[cls]
         return {"rate": f"{min(p.bw_mbps * 1e6 * TBF_RATE_FACTOR, TBF_MAX_RATE_BPS):.0f}bit",
                 "burst": max(c.htb_burst_bytes, c.mtu_bytes + 14), "limit": limit}
 

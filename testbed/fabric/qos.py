@@ -103,11 +103,17 @@ class PortLayout:
         sending on its own rate: a port of two-jobs-fattree (8:1, 60 KiB buckets at 5 Mb/s)
         drained at 1.10 of its rate for whole 133 ms windows, then 0.75 paying it back."""
         guarantee = max(8000.0, link_bps * STRICT_GUARANTEE)
-        if self.scheduling == "weighted":
-            return [HtbClass(0x10 + i, 0, guarantee, link_bps, w * self.frame_bytes)
-                    for i, w in enumerate(self.weights)]
-        # strict (and fifo, where only the default class carries traffic)
-        return [HtbClass(0x10 + i, i, guarantee, link_bps, self.frame_bytes) for i, _ in enumerate(self.weights)]
+        # strict (and fifo, where only the default class carries traffic): a priority of its own each
+        return [HtbClass(0x10 + i, 0 if self.scheduling == "weighted" else i, guarantee, link_bps,
+                         quantum_bytes(self.scheduling, w, self.frame_bytes))
+                for i, w in enumerate(self.weights)]
+
+
+def quantum_bytes(scheduling: str, weight: int, frame_bytes: int) -> int:
+    """An HTB class's DRR quantum: weight frames under weighted scheduling (ETS), else one frame
+    (classes of different priorities never share a round). The ports at bring-up and the switch
+    agent at a run-time weight change both take it from here."""
+    return weight * frame_bytes if scheduling == "weighted" else frame_bytes
 
 
 def port_layout(sc: Scenario) -> PortLayout:
@@ -196,13 +202,22 @@ class PortPolicy:
     ingress: dict[str, IngressProfile]
     pause_map: dict[str, tuple[str, ...]]
     reaction_allowance_us: float
+    # the classes' weights on every port and host NIC (their HTB quanta: quantum_bytes), and a
+    # switch port's own where an app set one ("<interface>:<class>" -> weight)
+    scheduling: str = "strict"
+    weights: tuple[int, ...] = ()
+    port_weights: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def weight_of(self, key: str, cls: int) -> int:
+        return self.port_weights.get(key, self.weights[cls])
 
     def to_json(self) -> dict:
         return {"dscp_class": list(self.dscp_class), "pfc_accounting": self.pfc_accounting,
                 "queues": {k: q.to_json() for k, q in self.queues.items()},
                 "ingress": {k: i.to_json() for k, i in self.ingress.items()},
                 "pause_map": {k: list(v) for k, v in self.pause_map.items()},
-                "reaction_allowance_us": self.reaction_allowance_us}
+                "reaction_allowance_us": self.reaction_allowance_us,
+                "scheduling": self.scheduling, "weights": list(self.weights), "port_weights": dict(self.port_weights)}
 
     @classmethod
     def from_json(cls, d: dict) -> "PortPolicy":
@@ -210,7 +225,8 @@ class PortPolicy:
                    queues={k: QueueProfile.from_json(q) for k, q in d["queues"].items()},
                    ingress={k: IngressProfile.from_json(i) for k, i in d["ingress"].items()},
                    pause_map={k: tuple(v) for k, v in d["pause_map"].items()},
-                   reaction_allowance_us=d["reaction_allowance_us"])
+                   reaction_allowance_us=d["reaction_allowance_us"], scheduling=d["scheduling"],
+                   weights=tuple(d["weights"]), port_weights=dict(d["port_weights"]))
 
 
 def ingress_headroom_bytes(sc: Scenario, c: ClassSpec, upstream_bps: float, reaction_s: float) -> int:
@@ -302,12 +318,13 @@ def policy(sc: Scenario, fabric: Fabric, table: RouteTable) -> PortPolicy:
                 if ups and prof.pfc_on:
                     pauses[key] = tuple(queue_key(fabric.intf_name(u[0], u[1]), u[2]) for u in ups)
     return PortPolicy(dscp_class=tuple(class_of_dscp(sc)), pfc_accounting=rule, queues=queues, ingress=ingress,
-                      pause_map=pauses, reaction_allowance_us=reaction_s * 1e6)
+                      pause_map=pauses, reaction_allowance_us=reaction_s * 1e6, scheduling=sc.qos.scheduling,
+                      weights=tuple(c.weight for c in sc.classes))
 
 
 # A port's own settings, over its class's ([[classes]] field -> what it sets in the queue's profile)
 PORT_QUEUE_FIELDS = {"ecn": "ecn_on", "ecn_kmin_bytes": "kmin_bytes", "ecn_kmax_bytes": "kmax_bytes",
-                     "ecn_pmax": "pmax"}
+                     "ecn_pmax": "pmax", "buffer_bytes": "limit_bytes"}
 PORT_PFC_FIELDS = ("xoff_bytes", "xon_bytes", "headroom_bytes")
 
 
@@ -315,19 +332,22 @@ def with_port_settings(pol: PortPolicy, settings: dict[str, dict]) -> PortPolicy
     """pol with queues' own settings in place of their class's: queue key -> {field: value}, the
     fields those of [[classes]] a single port can have (PORT_QUEUE_FIELDS; the PFC thresholds of a
     lossless queue: under the ingress rule its (ingress port, class) XOFF, XON and headroom, under
-    the egress rule its XOFF and XON). Whether a class is lossless at all (the pause map) is the
-    class's. Raises ValueError naming the queue and field it cannot set."""
-    queues, ingress = dict(pol.queues), dict(pol.ingress)
+    the egress rule its XOFF and XON), its buffer and its weight. Whether a class is lossless at all
+    (the pause map) is the class's. Raises ValueError naming the queue and field it cannot set."""
+    queues, ingress, weights = dict(pol.queues), dict(pol.ingress), dict(pol.port_weights)
     for key, fields in settings.items():
         if key not in queues:
             raise ValueError(f"no switch queue {key}")
         q = dataclasses.replace(queues[key], **{PORT_QUEUE_FIELDS[f]: v for f, v in fields.items()
                                                 if f in PORT_QUEUE_FIELDS})
         pfc = {f: v for f, v in fields.items() if f in PORT_PFC_FIELDS}
-        unknown = set(fields) - set(PORT_QUEUE_FIELDS) - set(PORT_PFC_FIELDS)
+        unknown = set(fields) - set(PORT_QUEUE_FIELDS) - set(PORT_PFC_FIELDS) - {"weight"}
         if unknown:
             raise ValueError(f"{key}: {', '.join(sorted(unknown))} cannot be set per port (only "
-                             f"{', '.join([*PORT_QUEUE_FIELDS, *PORT_PFC_FIELDS])}; the rest for a whole class)")
+                             f"{', '.join([*PORT_QUEUE_FIELDS, *PORT_PFC_FIELDS, 'weight'])}; the rest for a "
+                             f"whole class)")
+        if "weight" in fields:
+            weights[key] = fields["weight"]
         if pfc and pol.pfc_accounting == "ingress":
             if key not in ingress:
                 raise ValueError(f"{key}: not a lossless (ingress port, class): its class pauses nothing here")
@@ -345,10 +365,15 @@ def with_port_settings(pol: PortPolicy, settings: dict[str, dict]) -> PortPolicy
             if not 0 < q.xon_bytes <= q.xoff_bytes <= q.limit_bytes:
                 raise ValueError(f"{key}: needs 0 < XON ({q.xon_bytes} B) <= XOFF ({q.xoff_bytes} B) <= its buffer "
                                  f"({q.limit_bytes} B)")
+        queues[key] = q
+    # every queue, since a class-wide change (a smaller buffer under a class's own XOFF) reaches all
+    for key, q in queues.items():
+        if q.pfc_on and not q.xoff_bytes <= q.limit_bytes:
+            raise ValueError(f"{key}: XOFF ({q.xoff_bytes} B) above its buffer ({q.limit_bytes} B): a lossless "
+                             f"queue pauses before it is full (set xoff_bytes too)")
         if q.kmin_bytes > q.kmax_bytes:
             raise ValueError(f"{key}: ECN Kmin {q.kmin_bytes} B above Kmax {q.kmax_bytes} B")
-        queues[key] = q
-    return dataclasses.replace(pol, queues=queues, ingress=ingress)
+    return dataclasses.replace(pol, queues=queues, ingress=ingress, port_weights=weights)
 
 
 # ---- the pause map -----------------------------------------------------------------------

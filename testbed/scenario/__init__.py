@@ -9,7 +9,7 @@ A scenario is a TOML file, in scenarios/ or given by its path, with tables [fabr
 nothing of the testbed's model; the loader sits above the workload builders it checks with.
 """
 from testbed.scenario.loader import (SCENARIO_DIR, check_class_value, list_scenarios, load_document, load_scenario,
-                                     parse_endpoint, scenario_path)
+                                     parse_endpoint, policy_field_refused, scenario_path)
 from testbed.scenario.overrides import parse_override
 from testbed.scenario.schema import (DCQCN_REFERENCE, DEFAULT_CLASSES, EXPECT_OPS, MAX_CLASSES, POLICY_FIELDS,
                                      SCENARIO_VERSION, SECTIONS, TOP_LEVEL, TOPOLOGY_FIELDS, ClassSpec, ControllerSpec,
@@ -23,4 +23,4 @@ __all__ = ["DCQCN_REFERENCE", "DEFAULT_CLASSES", "EXPECT_OPS", "MAX_CLASSES", "P
            "Dilation", "ExpectSpec", "FabricSpec", "FaultSpec", "JobSpec", "PolicyChangeSpec", "QosSpec", "RunSpec",
            "Scenario", "ToleranceSpec", "TransportSpec", "WorkloadSpec", "build_fabric", "check_class_value",
            "dcqcn_described", "dcqcn_overrides", "dcqcn_reference_rates", "list_scenarios", "load_document",
-           "load_scenario", "parse_endpoint", "parse_override", "scenario_path", "spec"]
+           "load_scenario", "parse_endpoint", "parse_override", "policy_field_refused", "scenario_path", "spec"]

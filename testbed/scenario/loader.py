@@ -271,16 +271,28 @@ def _check_classes(where: str, sc: Scenario) -> None:
         raise InputError(where, "classes", "exactly one class needs default = true (it takes unlisted DSCPs)")
 
 
-def _check_policy_change(where: str, i: int, c: PolicyChangeSpec, classes) -> PolicyChangeSpec:
+def _check_policy_change(where: str, i: int, c: PolicyChangeSpec, classes, scheduling: str) -> PolicyChangeSpec:
     at = f"policy_changes[{i}]"
     if c.class_name not in {k.name for k in classes}:
         raise InputError(where, f"{at}.class_name", f"no class {c.class_name!r}; classes are "
                          f"{', '.join(k.name for k in classes)}")
     if c.field not in POLICY_FIELDS:
         raise InputError(where, f"{at}.field", f"expected one of {', '.join(POLICY_FIELDS)}, got {c.field!r}")
+    why = policy_field_refused(c.field, scheduling)
+    if why:
+        raise InputError(where, f"{at}.field", why)
     meta = {f.name: f for f in dataclasses.fields(ClassSpec)}[c.field].metadata
     value = _check_value(where, f"{at}.value", c.value, meta)
     return dataclasses.replace(c, value=value)
+
+
+def policy_field_refused(field: str, scheduling: str) -> str:
+    """Why a run-time change of this [[classes]] field could not act under qos.scheduling ("": it
+    can). A weight is a class's share only under weighted scheduling: elsewhere a change of it
+    would be logged and do nothing."""
+    if field == "weight" and scheduling != "weighted":
+        return f"weight acts only under qos.scheduling = \"weighted\" (this scenario's is {scheduling!r})"
+    return ""
 
 
 def _resolve_apps(where: str, ctl, base_dir: Path):
@@ -440,7 +452,8 @@ def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays:
         raise InputError(where, "policy_changes", "expected an array of tables [[policy_changes]]")
     changes = tuple(_build_section(where, f"policy_changes[{i}]", PolicyChangeSpec, t)
                     for i, t in enumerate(changes_doc))
-    changes = tuple(_check_policy_change(where, i, c, classes) for i, c in enumerate(changes))
+    changes = tuple(_check_policy_change(where, i, c, classes, built["qos"].scheduling)
+                    for i, c in enumerate(changes))
     expect_doc = doc.get("expect", [])
     if not isinstance(expect_doc, list):
         raise InputError(where, "expect", "expected an array of tables [[expect]]")

@@ -27,6 +27,12 @@ def spec(default, doc: str, kind: str, lo=None, hi=None, choices=None, length=No
     return field(default=default, metadata=meta)
 
 
+# The most a switch queue may buffer, in a file or set at run time: the switch ports' kernel
+# queues are built this deep (testbed.fabric.ports), so a buffer grown at run time is the port
+# program's limit alone.
+MAX_BUFFER_BYTES = 64 << 20
+
+
 @dataclass(frozen=True)
 class FabricSpec:
     topology: str = spec("torus", "fabric kind", "str", choices=("torus", "fattree", "leafspine"))
@@ -49,7 +55,8 @@ class FabricSpec:
     switch_latency_ns: float = spec(0.0, "forwarding latency of every switch, ns of hardware time (emulated like "
                                     "link_delay_ns)", "float", 0.0, 1e9)
     mtu_bytes: int = spec(9000, "MTU of every veth, bytes", "int", 1500, 9000)
-    queue_limit_bytes: int = spec(262144, "default buffer of each class of every egress port, bytes", "bytes", 4096, 64 << 20)
+    queue_limit_bytes: int = spec(262144, "default buffer of each class of every egress port, bytes", "bytes", 4096,
+                                  MAX_BUFFER_BYTES)
     htb_burst_bytes: int = spec(0, "HTB burst and cburst of every shaped switch port, bytes; 0: two frames of "
                                 "workload.payload_bytes, as a port that serialises at line rate sends back to back "
                                 "(a larger bucket lets a port send above its rate after an idle spell)", "bytes",
@@ -330,7 +337,7 @@ class ClassSpec:
     default: bool = spec(False, "this class also takes every DSCP no class lists", "bool")
     weight: int = spec(1, "share of the link under scheduling = weighted", "int", 1, 1000)
     buffer_bytes: int = spec(0, "this class's buffer on every port, bytes (0: fabric.queue_limit_bytes)",
-                             "bytes", 0, 64 << 20)
+                             "bytes", 0, MAX_BUFFER_BYTES)
     ecn: bool = spec(False, "mark ECT packets of this class when qos.ecn is on", "bool")
     ecn_kmin_bytes: int = spec(32768, "RED Kmin: no marks below this queue depth, bytes", "bytes", 0, 64 << 20)
     ecn_kmax_bytes: int = spec(131072, "RED Kmax: every ECT packet marked at or above it, bytes (= Kmin: "
@@ -422,7 +429,9 @@ class PolicyChangeSpec:
     at_s: float = spec(0.0, "when the controller changes the policy, seconds of hardware time after traffic "
                        "starts", "float", 0.0, 3600.0)
     class_name: str = spec("", "the class whose setting changes", "str")
-    field: str = spec("", "the [[classes]] field to change (e.g. ecn, ecn_kmin_bytes, pfc, xoff_bytes)", "str")
+    field: str = spec("", "the [[classes]] field to change (ecn, ecn_kmin_bytes, ecn_kmax_bytes, ecn_pmax, pfc, "
+                       "xoff_bytes, xon_bytes, headroom_bytes, buffer_bytes; weight under qos.scheduling = "
+                       "weighted)", "str")
     value: Any = spec(None, "its new value (as in [[classes]])", "any")
 
 
@@ -439,7 +448,7 @@ class JobSpec:
 
 
 POLICY_FIELDS = ("ecn", "ecn_kmin_bytes", "ecn_kmax_bytes", "ecn_pmax", "pfc", "xoff_bytes", "xon_bytes",
-                 "headroom_bytes")
+                 "headroom_bytes", "buffer_bytes", "weight")
 
 
 @dataclass(frozen=True)

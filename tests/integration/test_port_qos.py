@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -249,6 +250,17 @@ def test_incast_pfc_lossless_with_pauses_upstream_and_hol_blocking(tmp_path, sui
     assert any(e["node"].startswith("leaf") for e in pauses if e["cause"].startswith("spine"))
     assert any(e["node"].startswith("h3") for e in pauses if e["cause"].startswith("leaf3"))
     assert pfc["reaction_us"]["p50"] < 1000
+    # what the controller's apps hear of it: every telemetry summary names the leaves paused then,
+    # for how long, and the queues holding each (its ingress row, which names the paused peer)
+    ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
+    heard = [p for e in ctl if e["event"] == "qos_telemetry" for p in e["paused"]]
+    assert heard, "no telemetry summary caught a paused leaf"
+    paused_by = {(e["port"], e["class"]): set() for e in pauses}
+    for e in pauses:
+        paused_by[(e["port"], e["class"])].add(qos.queue_key(e["cause"], e["cause_class"]))
+    for port, cls, paused_ns, causes in heard:
+        assert paused_ns >= 0 and causes and set(causes) <= paused_by[(port, cls)], (port, cls, causes)
+        assert all(peer[k.rpartition(":")[0]] == port for k in causes)
     assert_ingress_accounting_balanced(run_dir)
     assert_flows_arrived_in_order(run_dir, s)
     (victim,) = [b for b in s["background"] if b["tag"] == "victim"]
@@ -455,3 +467,57 @@ def test_controller_changes_the_policy_at_run_time(tmp_path):
     before = port[port["t_ns"] <= applied["t_ns"]]["mark_pkts"].max()
     after = port[port["t_ns"] > applied["t_ns"] + 1_000_000]["mark_pkts"]
     assert before > 0 and len(after) and (after == after.iloc[0]).all()
+
+
+def test_a_classs_weight_and_buffer_change_at_run_time(tmp_path):
+    # incast-ecn's leaf under weighted scheduling, marking off: h0_1..h0_3's incast (roce) and
+    # h0_4's bulk (the only bulk into h0_0) meet at h0_0's port, both backlogged, 1:1. Then
+    # the controller gives roce weight 8 on every port and NIC, and grows bulk's buffer from the
+    # 256 KiB the port was built with to 4 MiB.
+    out, run_dir = run_variant(
+        tmp_path, "incast-ecn",
+        '[[policy_changes]]\nat_s = 0.00006\nclass_name = "roce"\nfield = "weight"\nvalue = 8\n'
+        '[[policy_changes]]\nat_s = 0.0001\nclass_name = "bulk"\nfield = "buffer_bytes"\nvalue = "4MiB"\n',
+        "qos.scheduling=weighted", "qos.ecn=false", "workload.senders=3", "workload.not_ect_senders=0",
+        "workload.bulk_shift=1", "workload.bulk_bytes=2MiB")
+    s = summary_of(run_dir)
+    # incast-ecn's own expectations fail, as they must with marking off and bulk's 256 KiB dropping
+    # (recovered by go-back-N); nothing else does
+    assert out.returncode == 1 and s["status"] == "regressed", out.stdout + out.stderr
+    assert sorted(p.split(" (")[0] for p in s["problems"]) == [
+        "expectation failed: packets.lost == 0", "expectation failed: qos.ecn.marked > 0"], s["problems"]
+    assert s["collective"]["iterations_complete"] == 3 and all(b["fct_s"] for b in s["background"])
+    ctl = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
+    changed = [e for e in ctl if e["event"] == "qos_policy_changed"]
+    assert [(e["field"], e["value"]) for e in changed] == [("weight", 8), ("buffer_bytes", 4 << 20)]
+    agent = [json.loads(l) for l in (run_dir / "raw" / "pfc_events.jsonl").read_text().splitlines()]
+    reweighted, regrown = [e for e in agent if e["event"] == "policy_applied" and e["kind"] == "update"]
+    # roce's leaf on each of the 12 link ends (the leaf's 6 ports, the spine's one, 5 host NICs);
+    # bulk's queue on the 7 switch ports
+    assert reweighted["reweighted"] == 12 and regrown["reweighted"] == 0 and regrown["queues"] == 7
+    tel = pd.read_parquet(run_dir / "queues.parquet")
+    port = tel[tel["port"] == "leaf0-eth1"]
+    roce, bulk = (port[port["class"] == c].set_index("t_ns").sort_index() for c in (1, 2))
+    both = pd.merge(roce, bulk, left_index=True, right_index=True, suffixes=("_roce", "_bulk"))
+    # what each class drained over the sample spans in which both were backlogged throughout
+    busy = (both["depth_bytes_roce"] > 0) & (both["depth_bytes_bulk"] > 0)
+    spans = pd.DataFrame({"t_ns": both.index[1:], "busy": (busy.values[1:] & busy.values[:-1]),
+                          "roce": np.diff(both["deq_bytes_roce"].astype(np.int64).values),
+                          "bulk": np.diff(both["deq_bytes_bulk"].astype(np.int64).values)})
+    spans = spans[spans["busy"]]
+    before = spans[spans["t_ns"] < reweighted["t_ns"]]
+    after = spans[spans["t_ns"] > reweighted["t_ns"] + 1_000_000]
+    assert len(before) >= 20 and len(after) >= 20, (len(before), len(after))
+    share_before = before["roce"].sum() / before["bulk"].sum()
+    share_after = after["roce"].sum() / after["bulk"].sum()
+    # deficit round robin with quanta of 1 and 8 frames: 1.000-1.014 before and 7.39-7.78 after in
+    # 5 runs (2026-12-05, D 6300-8000)
+    assert 0.9 <= share_before <= 1.1, share_before
+    assert 7.0 <= share_after <= 8.5, share_after
+    # bulk held to the 256 KiB it was built with until the change, then past the kernel queue's
+    # old depth (its buffer and four frames) within the new one
+    old_kernel_limit = (256 << 10) + 4 * (9000 + 14)
+    held = bulk[bulk.index < regrown["t_ns"]]["depth_bytes"].max()
+    grown = bulk[bulk.index > regrown["t_ns"]]["depth_bytes"].max()
+    assert held <= 256 << 10 and old_kernel_limit < grown <= 4 << 20, (held, grown)
+    assert bulk[bulk.index < regrown["t_ns"]]["drop_pkts"].max() > 0

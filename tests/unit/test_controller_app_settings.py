@@ -55,14 +55,56 @@ def test_a_port_of_its_own_gets_its_ecn_profile_and_no_other_does():
 @pytest.mark.parametrize("name,fields,words", [
     ("incast-ecn", {"ecn_kmin_bytes": 500000}, "above Kmax"),          # Kmax stays 400 KB
     ("incast-ecn", {"xoff_bytes": 1000}, "not a lossless"),           # ECN only: nothing pauses
-    ("incast-ecn", {"weight": 2}, "cannot be set per port"),
+    ("incast-ecn", {"pfc": True}, "cannot be set per port"),          # the pause map is a class's
+    ("incast-pfc", {"buffer_bytes": 8192}, "XOFF .* above its buffer"),  # egress rule below
+
     ("incast-pfc", {"xon_bytes": 10 << 20}, "at most XOFF"),           # ingress rule
 ])
 def test_what_the_agent_could_not_run_is_refused(name, fields, words):
-    pol = policy_of(name)
+    pol = policy_of(name, *(["qos.pfc_accounting=egress"] if "buffer_bytes" in fields else []))
     key = qos.queue_key("leaf0-eth1", 1)
     with pytest.raises(ValueError, match=words):
         qos.with_port_settings(pol, {key: fields})
+
+
+def test_a_port_of_its_own_gets_its_weight_and_buffer_and_no_other_does():
+    pol = policy_of("two-jobs-fattree")
+    assert pol.scheduling == "weighted" and pol.weights == (1, 8, 1) and pol.port_weights == {}
+    key = qos.queue_key("a0_0-eth3", 1)
+    mine = qos.with_port_settings(pol, {key: {"weight": 2, "buffer_bytes": 4 << 20}})
+    assert mine.port_weights == {key: 2}
+    assert mine.weight_of(key, 1) == 2 and mine.weight_of(qos.queue_key("a0_0-eth4", 1), 1) == 8
+    assert mine.weight_of(qos.queue_key("h0_0_0-eth0", 1), 1) == 8   # a host NIC's is its class's
+    assert mine.queues[key].limit_bytes == 4 << 20 != pol.queues[key].limit_bytes
+    assert {k: q for k, q in mine.queues.items() if k != key} == {k: q for k, q in pol.queues.items() if k != key}
+
+
+def test_a_class_wide_buffer_below_a_classs_own_xoff_is_refused_and_one_above_moves_derived_thresholds():
+    from testbed.scenario import Scenario
+    sc = dilate(load_scenario("incast-pfc", ["qos.pfc_accounting=egress"]), 31500.0, "set")
+    fabric = build_fabric(sc.fabric)
+    table = compute_routes(fabric, sc.controller.routing)
+    key = qos.queue_key("leaf0-eth1", 1)
+    before = qos.policy(sc, fabric, table).queues[key]
+    bigger = qos.policy(Scenario.with_class_change(sc, "roce", "buffer_bytes", 2 * before.limit_bytes), fabric, table)
+    # derived XOFF keeps its headroom below the new top of the buffer
+    assert bigger.queues[key].limit_bytes == 2 * before.limit_bytes
+    assert before.xoff_bytes > 2 * qos.frame_bytes(sc)   # derived, not at its floor
+    assert bigger.queues[key].xoff_bytes - before.xoff_bytes == before.limit_bytes
+    pinned = sc.with_class_change("roce", "xoff_bytes", before.xoff_bytes)
+    smaller = qos.policy(pinned.with_class_change("roce", "buffer_bytes", before.xoff_bytes // 2), fabric, table)
+    with pytest.raises(ValueError, match="above its buffer"):
+        qos.with_port_settings(smaller, {})
+
+
+def test_a_weight_change_needs_weighted_scheduling():
+    change = {"policy_changes": [{"at_s": 0.001, "class_name": "roce", "field": "weight", "value": 4}]}
+    with pytest.raises(InputError) as e:
+        load_document("x", change, "x.toml")
+    assert e.value.field == "policy_changes[0].field" and "weighted" in e.value.message
+    sc = load_document("x", {**change, "qos": {"scheduling": "weighted"}}, "x.toml")
+    assert sc.policy_changes[0].value == 4
+    assert qos.quantum_bytes("weighted", 4, 4200) == 16800 and qos.quantum_bytes("strict", 4, 4200) == 4200
 
 
 def test_a_lossless_ports_thresholds_are_its_ingress_rows_under_the_ingress_rule():

@@ -65,14 +65,17 @@ def test_every_message_survives_the_wire_and_another_version_is_refused():
     msgs = [PolicyUpdate(queues={"s0-eth1:1": QueueProfile(1000, True, 10, 20, 0.5, True, 600, 300)},
                          pause_map={"s0-eth1:1": ("h0-eth0:1",)}, ingress={"s0-eth1:1": IngressProfile(600, 300, 200)}),
             PolicyUpdate(queues={}),
-            Applied(kind="update", queues=1, ecn_queues=1, pfc_accounting="ingress", pfc_queues=4),
-            TelemetrySummary(t_ns=5, deepest=[["s0-eth1", 1, 900]], marked=1, dropped=0, paused_ports=1, pauses=3),
+            PolicyUpdate(queues={}, weights=(1, 8, 1), port_weights={"s0-eth1:1": 2}),
+            PolicyUpdate(queues={}, weights=(1, 4, 1), port_weights={}),
+            Applied(kind="update", queues=1, ecn_queues=1, pfc_accounting="ingress", pfc_queues=4, reweighted=12),
+            TelemetrySummary(t_ns=5, deepest=[["s0-eth1", 1, 900]], marked=1, dropped=0, paused_ports=1, pauses=3,
+                             paused=[["h0-eth0", 1, 25000, ["s0-eth1:1"]]]),
             WatchdogFired(node="s0", port="s0-eth1", cls=1, paused_ns=9, causes=["s1-eth2"]),
             DeadlockFound(t_ns=7, stuck_ms=20.0, cycle=[{"port": "s0-eth1", "class": 1, "depth_bytes": 5}]),
             TrafficStarted(t_ns=8)]
     for m in msgs:
         assert decode(json.loads(encode(m))) == m
-    assert json.loads(encode(msgs[4]))["class"] == 1   # on the wire and in the event log, as "class"
+    assert json.loads(encode(msgs[6]))["class"] == 1   # on the wire and in the event log, as "class"
     other = json.loads(encode(msgs[-1])) | {"link_version": LINK_VERSION + 1}
     with pytest.raises(ValueError, match="version"):
         decode(other)
