@@ -316,7 +316,9 @@ class Agent:
         leaf, since when, and the queues holding it paused)."""
         depth = q["depth_bytes"]
         top = np.argsort(depth)[::-1][:3]
-        paused = [[self.leaves[leaf].ifname, self.leaves[leaf].cls, now - since,
+        # read now, not at the sample: a pause this pass made after the sample is in paused_since
+        at = time.monotonic_ns()
+        paused = [[self.leaves[leaf].ifname, self.leaves[leaf].cls, at - since,
                    [self.queues[self.plan_row[r]].id.key for r in sorted(self.pfc.causes.get(leaf, ()))]]
                   for leaf, since in self.paused_since.items()]
         self.controller.send(TelemetrySummary(
