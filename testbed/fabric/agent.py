@@ -43,7 +43,7 @@ from testbed.fabric.agent_plan import AgentPlan
 from testbed.fabric.agent_report import agent_account
 from testbed.fabric.bpfmaps import FIRST_MINOR_KEY, NON_IP_KEY, MappedArrays
 from testbed.fabric.pfc import Pause, PfcState, Resume, waiting_queues
-from testbed.fabric.qos import find_cycle, quantum_bytes
+from testbed.fabric.qos import find_cycle, quantum_bytes, queue_weight
 from testbed.fabric.reconcile import IngressLeaks, StaleDepths, held_bytes
 from testbed.fabric.telemetry import TelemetryWriter
 from testbed.run.procs import take_priority
@@ -200,7 +200,7 @@ class Agent:
         of the fabric, hosts' too, while no queue is watched: a weight is a rare, planned change."""
         changed = 0
         for i, l in enumerate(self.leaves):
-            weight = port_weights.get(l.id.key, weights[l.cls])
+            weight = queue_weight(l.id.key, l.cls, weights, port_weights)
             if l.queue >= 0:
                 self.queue_policy[self.plan_row[l.queue]]["weight"] = weight
             quantum = quantum_bytes(self.class_scheduling, weight, self.plan.frame_bytes)

@@ -155,7 +155,8 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
                    f"socket per NIC class, opened in its namespace, batched I/O (sendmmsg/recvmmsg) "
                    f"at most every {sc.transport.engine_batch_us:g} us; line rate from the host NIC's "
                    f"HTB class (burst {sc.fabric.nic_burst_frames} frames), fed a lead of "
-                   f"{nic_lead_ns(sc) / 1e3:.0f} us of frames per class"
+                   f"{nic_lead_ns(sc) / 1e3:.0f} us of frames per class "
+                   f"({nic_lead_ns(sc) * sc.fabric.bw_mbps * 1e6 / 8e9 / qos.frame_bytes(sc):.1f} frames)"
                    + ("; each throttled queue pair paced to its DCQCN rate in the data plane"
                       if sc.transport.cc == "dcqcn" else "")
                    + f"; RC order per queue pair, {sc.transport.channels} queue pair(s) per host pair "

@@ -263,6 +263,12 @@ def _check_classes(where: str, sc: Scenario) -> None:
         buffer = c.buffer_bytes or f.queue_limit_bytes
         if c.ecn and c.ecn_kmin_bytes > c.ecn_kmax_bytes:
             raise InputError(where, f"{at}.ecn_kmin_bytes", f"must not exceed ecn_kmax_bytes ({c.ecn_kmax_bytes})")
+        frame = sc.workload.payload_bytes + HEADER_BYTES
+        if sc.qos.pfc and c.pfc and not c.xoff_bytes and buffer < 2 * frame:
+            # qos.py's derived XOFF is never below two frames (a pause for less would stop a port
+            # mid-frame): above such a buffer the class would drop before it paused
+            raise InputError(where, f"{at}.buffer_bytes", f"a lossless class needs a buffer of at least two "
+                             f"frames ({2 * frame} bytes at payload_bytes {sc.workload.payload_bytes}), got {buffer}")
         if c.pfc and c.xoff_bytes and c.xoff_bytes > buffer:
             raise InputError(where, f"{at}.xoff_bytes", f"must not exceed the class's buffer ({buffer})")
         if c.pfc and c.xon_bytes and c.xoff_bytes and c.xon_bytes >= c.xoff_bytes:

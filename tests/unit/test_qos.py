@@ -47,6 +47,19 @@ def test_strict_and_weighted_htb_layouts():
     assert sum(c.rate_bps for c in weighted) <= 100e6 * 0.01
 
 
+@pytest.mark.parametrize("link_bps", [0.5e6, 2.5e6, 100e6])
+def test_a_class_sends_a_frame_on_its_own_rate_at_most_once_a_minute(link_bps):
+    # the frame a class sends on its own tokens passes its parent's bucket: at the old 8 kbit/s
+    # guarantee one went every 4.15 s a class, and two classes' together failed a drain window
+    for name in ("two-jobs-fattree", "allreduce-torus"):
+        layout = qos.port_layout(load_scenario(name))
+        for c in layout.htb_classes(link_bps):
+            frame_s = layout.frame_bytes * 8 / c.rate_bps
+            assert frame_s >= qos.HTB_DEBT_CAP_S
+            # and the class's one-frame bucket, in HTB's 64 ns ticks, fits the u32 tc hands it in
+            assert frame_s * 1e9 / 64 < 2 ** 32
+
+
 def test_pfc_thresholds_leave_headroom_for_every_upstream():
     sc = load_scenario("incast-pfc")
     roce = dataclasses.replace(sc.classes[1], buffer_bytes=1 << 20, xoff_bytes=0, xon_bytes=0)
@@ -280,3 +293,20 @@ def test_derived_headroom_is_the_hardwares_at_any_dilation_and_the_agent_gets_d_
     # a version 1 file runs at D = 1, where no agent pauses within 1.5 us: the headroom covers the
     # agent's own reaction instead
     assert qos.headroom_time_s(hw) == pytest.approx(qos.emulator_reaction_s(hw)) == pytest.approx(0.002)
+
+
+def test_a_lossless_class_below_two_frames_of_buffer_is_refused():
+    # its derived XOFF is never below two frames: above a smaller buffer it would drop before pausing
+    from testbed.errors import InputError
+    from testbed.scenario import load_document
+    from testbed.wire import HEADER_BYTES
+
+    def doc(buffer):
+        return {"workload": {"payload_bytes": 4096}, "qos": {"pfc": True},
+                "classes": [{"name": "a", "default": True, "pfc": True, "buffer_bytes": buffer}]}
+    frame = 4096 + HEADER_BYTES
+    with pytest.raises(InputError) as e:
+        load_document("x", doc(2 * frame - 1), "x.toml")
+    assert e.value.field == "classes[0].buffer_bytes" and str(2 * frame) in str(e.value)
+    sc = load_document("x", doc(2 * frame), "x.toml")
+    assert qos.queue_profile(sc, sc.classes[0], [100e6], 0.002).xoff_bytes <= 2 * frame
