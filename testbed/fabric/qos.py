@@ -34,7 +34,7 @@ if TYPE_CHECKING:   # the policy is made from a loaded scenario, whose loader ch
 # of every port sent a frame past the port's rate every 4.15 s (4154-byte frames), at any D:
 # measured on two-jobs-fattree's a1_0-eth2 at D = 80000 (2026-12-06), one early frame every
 # 4150-4160 ms, and when two classes' fell together near a window's end, the window drained 1.085
-# of the port's rate and the run had no verdict (2 of 16 first runs of e2f286c).
+# of the port's rate and the run had no verdict (3 of 18 first runs of e2f286c).
 HTB_DEBT_CAP_S = 60.0
 
 
