@@ -15,7 +15,8 @@ import numpy as np
 from testbed.scenario.schema import dcqcn_described
 
 PLOTS = (("queues", "Queue depth over time"), ("latency_cdf", "Latency CDF per class"),
-         ("link_utilisation", "Link utilisation"), ("timeline", "Collective timeline"))
+         ("link_utilisation", "Link utilisation"), ("timeline", "Collective timeline"),
+         ("pauses", "PFC pauses per port and class, hop by hop"), ("dcqcn", "DCQCN rate and CNPs per queue pair"))
 
 
 def _num(v, spec="{:.3g}"):
@@ -30,20 +31,25 @@ def _num(v, spec="{:.3g}"):
     return str(v)
 
 
-def blocks(s: dict, drawn: list[str] = ()) -> list[tuple]:
-    """The whole document of one run: its verdicts first, then what it measured."""
+PORT_ROWS = 12
+
+
+def blocks(s: dict, drawn: list[str] = (), ports: list[dict] = (), port_count: int = 0) -> list[tuple]:
+    """The whole document of one run: its verdicts first, then what it measured. ports: the worst
+    rows of the run's port counter table (testbed.analysis.ports), of port_count in all."""
     out: list[tuple] = [("h", 1, f"{s['scenario']}: {s['status'].upper()}")]
     out.append(("p", f"Run {s['run_id']}, commit {s.get('git_commit') or '-'}, datapath "
                      f"{s['mechanisms'].get('datapath', '-')}."))
     out += _fidelity(s["fidelity"]) + _problems(s) + _expectations(s) + _hardware(s) + _workload(s) + _packets(s)
     out += _qos(s)
-    out += _transport(s) + _background(s) + _latency_and_fct(s) + _links(s)
+    out += _transport(s) + _background(s) + _latency_and_fct(s) + _links(s) + _ports(ports, port_count)
     if drawn:
         captions = dict(PLOTS)
         out.append(("h", 2, "Plots"))
         out += [("img", f"plots/{name}.png", captions[name]) for name in drawn]
-    out.append(("p", "Tables: messages, iterations, flows, latency, fct, links, link_utilisation (.parquet and "
-                     ".csv); packets, queues, qp_events (.parquet); summary.json."))
+    out.append(("p", "Tables: messages, iterations, flows, latency, fct, links, ports, link_utilisation (.parquet and "
+                     ".csv); packets, queues, qp_events (.parquet); summary.json. trace.json: the run's messages, "
+                     "compute, pauses and DCQCN rates in hardware time, for ui.perfetto.dev or chrome://tracing."))
     return out
 
 
@@ -303,6 +309,19 @@ def _links(s: dict) -> list[tuple]:
                       _num(c["drain_ratio"], "{:.4f}"))
                      for c in lf["links"][:8]]))
     return out
+
+
+def _ports(ports: list[dict], count: int) -> list[tuple]:
+    if not ports:
+        return []
+    return [("h", 2, f"Port counters, worst first ({len(ports)} of {count} switch ports; hardware time)"),
+            ("table", ("port", "link", "Gb/s", "utilisation", "queue peak / p99 (B)", "ECN marked / ECT", "drops",
+                       "pauses received / sent", "paused (us)"),
+             [(p["port"], p["link"], _num(p["hardware_gbps"], "{:g}"), _num(p["utilisation_pct"], "{:.1f}%"),
+               f"{_num(p['queue_peak_bytes'], '{:.0f}')} / {_num(p['queue_p99_bytes'], '{:.0f}')}",
+               f"{_num(p['ecn_marked'])} / {_num(p['ect_packets'])}", _num(p["drops"]),
+               f"{_num(p['pauses_received'])} / {_num(p['pauses_sent'])}", _num(p["paused_us"], "{:.2f}"))
+              for p in ports])]
 
 
 def to_markdown(bl: list[tuple]) -> str:

@@ -84,21 +84,37 @@ def paused_mask(t_ns: np.ndarray, pauses: list[tuple[int, int]]) -> np.ndarray:
     return mask
 
 
+SPAN_COLUMNS = ["node", "port", "class", "start_ns", "end_ns", "cause", "cause_class", "ended_by"]
+
+
+def pause_spans(events: pd.DataFrame, end_ns: int) -> pd.DataFrame:
+    """Every pause of a port's class (the agent's pause/resume events, raw/pfc_events.jsonl): node,
+    port and class paused, from its assertion to its resume, the queue that caused it, and what
+    ended it (the resume's reason; "never resumed" for one still asserted at end_ns, where it ends).
+    An assertion while the class is paused already adds nothing."""
+    if events.empty or "event" not in events:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
+    open_at: dict[tuple[str, int], dict] = {}
+    rows = []
+    for e in events[events["event"].isin(["pause", "resume"])].sort_values("t_ns", kind="stable").to_dict("records"):
+        key = (e["port"], int(e["class"]))
+        if e["event"] == "pause":
+            open_at.setdefault(key, e)
+        elif key in open_at:
+            p = open_at.pop(key)
+            rows.append((p, int(e["t_ns"]), e.get("reason") or "resume"))
+    rows += [(p, end_ns, "never resumed") for p in open_at.values()]
+    return pd.DataFrame([{"node": p.get("node"), "port": p["port"], "class": int(p["class"]), "start_ns": int(p["t_ns"]),
+                          "end_ns": int(end), "cause": p.get("cause"), "cause_class": p.get("cause_class"),
+                          "ended_by": why} for p, end, why in rows], columns=SPAN_COLUMNS)
+
+
 def pause_windows(events: pd.DataFrame, end_ns: int) -> dict[str, list[tuple[int, int]]]:
     """Per port: the [pause, resume) windows of any of its classes (a pause never resumed lasts to
     end_ns)."""
     out: dict[str, list[tuple[int, int]]] = {}
-    if events.empty or "event" not in events:
-        return out
-    open_at: dict[tuple[str, int], int] = {}
-    for e in events[events["event"].isin(["pause", "resume"])].sort_values("t_ns").to_dict("records"):
-        key = (e["port"], int(e["class"]))
-        if e["event"] == "pause":
-            open_at.setdefault(key, int(e["t_ns"]))
-        elif key in open_at:
-            out.setdefault(e["port"], []).append((open_at.pop(key), int(e["t_ns"])))
-    for (port, _), start in open_at.items():
-        out.setdefault(port, []).append((start, end_ns))
+    for r in pause_spans(events, end_ns).itertuples(index=False):
+        out.setdefault(r.port, []).append((r.start_ns, r.end_ns))
     return out
 
 

@@ -33,6 +33,7 @@ from testbed.analysis.hardware import dilation_section, emulator_latency
 from testbed.analysis.hosts import host_fidelity, nic_queues
 from testbed.analysis.jobs import jobs_section, view_inputs
 from testbed.analysis.parallelism import iteration_split, layer_collectives
+from testbed.analysis.ports import port_counters
 from testbed.analysis.qos import qos_summary
 from testbed.analysis.routing import ecmp_spread
 from testbed.analysis.shapes import SECTIONS
@@ -457,6 +458,9 @@ def link_views(rf: RunFolder, inp: RunInputs, t: Tables, series: list) -> tuple[
                                       held, burst_bytes=burst)
     links = link_analysis.link_table(series, rates, peers, start, end)
     write_table(links, rf, "links")
+    agent = read_json(rf.agent_stats) if rf.agent_stats.exists() else {}
+    write_table(port_counters(links, series, inp.fabric, agent.get("queues_end") or [], t.pfc_events, start, end,
+                              float((sc.get("dilation") or {}).get("factor", 1.0))), rf, "ports")
     bin_ms = tables.heatmap_bin_ms((end - start) / 1e9)
     write_table(link_analysis.utilisation(series, rates, start, end, bin_ms), rf, "link_utilisation")
     busiest = links.sort_values("utilisation", ascending=False).head(5)
