@@ -52,6 +52,22 @@ def read_json(path: Path):
     return json.loads(path.read_text())
 
 
+def hardware_columns(df: pd.DataFrame, start_ns: int, factor: float, at: tuple[str, ...] = (),
+                     spans: tuple[str, ...] = ()) -> pd.DataFrame:
+    """df with each emulated time in the hardware fabric's time beside it: for a CLOCK_MONOTONIC
+    column of `at` (x_ns), x_hw_us, microseconds since the traffic's start / D; for a duration of
+    `spans` (x_ns, or x_s), x_hw_us, its microseconds / D. A column the table lacks is skipped."""
+    out = df.copy()
+    for col in at:
+        if col in out:
+            out[col.removesuffix("_ns") + "_hw_us"] = (out[col].astype("float64") - start_ns) / factor / 1e3
+    for col in spans:
+        if col in out:
+            unit_us = 1e-3 if col.endswith("_ns") else 1e6
+            out[col.rsplit("_", 1)[0] + "_hw_us"] = out[col].astype("float64") * unit_us / factor
+    return out
+
+
 def write_table(df: pd.DataFrame, rf: RunFolder, name: str, csv: bool = True) -> None:
     df.to_parquet(rf.table(name), index=False)
     if csv:
@@ -137,8 +153,11 @@ def build(inp: RunInputs) -> Tables:
                                               sc["fabric"]["bw_mbps"] * 1e6, first, latency)
         iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
     write_table(pkts, rf, "packets", csv=False)
-    write_table(msgs, rf, "messages")
-    write_table(iters, rf, "iterations")
+    start, factor = inp.engine["start_ns"], float((sc.get("dilation") or {}).get("factor", 1.0))
+    write_table(hardware_columns(msgs, start, factor, ("release_ns", "first_tx_ns", "first_depart_ns", "complete_ns",
+                                                       "acked_ns"), ("duration_ns", "fct_ns", "nic_wait_ns", "wc_ns")),
+                rf, "messages")
+    write_table(hardware_columns(iters, start, factor, ("start_ns", "end_ns"), ("time_s", "bound_s")), rf, "iterations")
     write_table(nic_queue_series(pkts, inp.plan, inp.engine["start_ns"], inp.engine["end_ns"]), rf, "nic_queues",
                 csv=False)
     tel = None

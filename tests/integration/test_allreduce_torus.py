@@ -129,7 +129,8 @@ def test_report_tables_and_fidelity_verdict(small_run):
     for png in ("queues.png", "latency_cdf.png", "link_utilisation.png", "timeline.png"):
         assert (run_dir / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     page = (run_dir / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4     # self-contained
+    # self-contained: every plot drawn is inlined (pauses and DCQCN rates only where the run had them)
+    assert page.count("data:image/png;base64,") == len(list((run_dir / "plots").glob("*.png"))) >= 4
     assert "Fidelity: " in (run_dir / "report.md").read_text()
     fid = s["fidelity"]
     # the verdict follows its evidence: valid only when something was busy enough to judge (a

@@ -156,3 +156,14 @@ def test_ovs_internal_drops_count_what_its_ports_took_in_and_never_sent_on():
     assert ovs_internal_drops(moved, {"s0"}, accounted=30) == 0
     # a port that appeared after the first reading counts from zero
     assert link_deltas({}, {"s1-eth1": c(4, 4)}) == {"s1-eth1": c(4, 4)}
+
+
+def test_hardware_columns_beside_emulated_times():
+    df = pd.DataFrame({"release_ns": pd.array([T0 + 2_000_000, None], dtype="Int64"), "fct_ns": [4_000_000, 1_000],
+                       "time_s": [0.5, 1.0]})
+    out = analysis.hardware_columns(df, T0, 1000.0, at=("release_ns", "absent_ns"), spans=("fct_ns", "time_s"))
+    # 2 ms emulated after the start at D = 1000: 2 us of hardware time; 4 ms: 4 us; 0.5 s: 500 us
+    assert out["release_hw_us"].iloc[0] == pytest.approx(2.0) and np.isnan(out["release_hw_us"].iloc[1])
+    assert out["fct_hw_us"].tolist() == pytest.approx([4.0, 0.001])
+    assert out["time_hw_us"].tolist() == pytest.approx([500.0, 1000.0])
+    assert "absent_hw_us" not in out and "release_hw_us" not in df
