@@ -58,13 +58,18 @@ def hardware_columns(df: pd.DataFrame, start_ns: int, factor: float, at: tuple[s
     column of `at` (x_ns), x_hw_us, microseconds since the traffic's start / D; for a duration of
     `spans` (x_ns, or x_s), x_hw_us, its microseconds / D. A column the table lacks is skipped."""
     out = df.copy()
+
+    def floats(col: str) -> pd.Series:
+        # an unfinished iteration's end is pd.NA in an object column: NaN here
+        return pd.to_numeric(out[col], errors="coerce").astype("float64")
+
     for col in at:
         if col in out:
-            out[col.removesuffix("_ns") + "_hw_us"] = (out[col].astype("float64") - start_ns) / factor / 1e3
+            out[col.removesuffix("_ns") + "_hw_us"] = (floats(col) - start_ns) / factor / 1e3
     for col in spans:
         if col in out:
             unit_us = 1e-3 if col.endswith("_ns") else 1e6
-            out[col.rsplit("_", 1)[0] + "_hw_us"] = out[col].astype("float64") * unit_us / factor
+            out[col.rsplit("_", 1)[0] + "_hw_us"] = floats(col) * unit_us / factor
     return out
 
 

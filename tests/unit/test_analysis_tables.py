@@ -167,3 +167,14 @@ def test_hardware_columns_beside_emulated_times():
     assert out["fct_hw_us"].tolist() == pytest.approx([4.0, 0.001])
     assert out["time_hw_us"].tolist() == pytest.approx([500.0, 1000.0])
     assert "absent_hw_us" not in out and "release_hw_us" not in df
+
+
+def test_hardware_columns_of_an_unfinished_iteration():
+    # iteration_table's rows: an iteration that never completed has pd.NA for its end and time
+    iters = analysis.iteration_table(pd.DataFrame({
+        "iteration": [0, 0, 1], "complete": [True, True, False], "release_ns": [T0, T0 + 10, T0 + 5_000_000],
+        "complete_ns": [T0 + 1_000_000, T0 + 2_000_000, pd.NA]}), 0.001)
+    out = analysis.hardware_columns(iters, T0, 1000.0, ("start_ns", "end_ns"), ("time_s", "bound_s"))
+    assert out["end_hw_us"].iloc[0] == pytest.approx(2.0) and np.isnan(out["end_hw_us"].iloc[1])
+    assert out["start_hw_us"].tolist() == pytest.approx([0.0, 5.0])
+    assert out["time_hw_us"].iloc[0] == pytest.approx(2.0) and np.isnan(out["time_hw_us"].iloc[1])
