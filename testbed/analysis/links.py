@@ -315,6 +315,16 @@ def link_table(series: list[PortSeries], rates_bps: dict[str, float], peers: dic
                                        "mean_queue_bytes"])
 
 
+def interface_ends(fabric: dict) -> dict[str, tuple[str, str, str]]:
+    """Each interface of fabric.json's links: its node, the node at the link's other end, and that
+    end's interface."""
+    out = {}
+    for link in fabric["links"]:
+        a, b = f"{link['a']}-eth{link['a_port']}", f"{link['b']}-eth{link['b_port']}"
+        out[a], out[b] = (link["a"], link["b"], b), (link["b"], link["a"], a)
+    return out
+
+
 def port_rates(fabric: dict, default_bw_mbps: float) -> tuple[dict[str, float], dict[str, str]]:
     """Each interface's rate in bit/s and the node at its other end, from fabric.json (runs recorded
     before every link's rate was concrete there leave the scenario's default to fill in)."""

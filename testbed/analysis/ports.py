@@ -21,20 +21,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from testbed.analysis.links import PortSeries, pause_spans, pause_windows
+from testbed.analysis.links import PortSeries, interface_ends, pause_spans
 
 COLUMNS = ["port", "link", "hardware_gbps", "emulated_mbps", "bytes", "utilisation_pct", "queue_peak_bytes",
            "queue_p99_bytes", "ect_packets", "ecn_marked", "drops", "pauses_received", "paused_us",
            "pauses_sent"]
-
-
-def peer_interfaces(fabric: dict) -> dict[str, str]:
-    """Each interface and the interface at the other end of its link."""
-    out = {}
-    for link in fabric["links"]:
-        a, b = f"{link['a']}-eth{link['a_port']}", f"{link['b']}-eth{link['b_port']}"
-        out[a], out[b] = b, a
-    return out
 
 
 def _union_ns(spans: list[tuple[int, int]]) -> int:
@@ -52,7 +43,8 @@ def _union_ns(spans: list[tuple[int, int]]) -> int:
 def _pauses(events: pd.DataFrame, end_ns: int) -> tuple[dict[str, int], dict[str, list[tuple[int, int]]]]:
     """Per paused interface: pauses asserted, and its [pause, resume) spans (to end_ns if never resumed)."""
     spans = pause_spans(events, end_ns)
-    return spans.groupby("port").size().to_dict(), pause_windows(events, end_ns)
+    windows = {port: list(zip(g["start_ns"], g["end_ns"])) for port, g in spans.groupby("port")}
+    return spans.groupby("port").size().to_dict(), windows
 
 
 def port_counters(links: pd.DataFrame, series: list[PortSeries], fabric: dict, queues_end: list[dict],
@@ -60,22 +52,19 @@ def port_counters(links: pd.DataFrame, series: list[PortSeries], fabric: dict, q
     """The table (see the module's docstring). links: testbed.analysis.links.link_table's rows (rate,
     bytes drained, utilisation and peak queue of each port); queues_end: the agent's end counters
     per port and class; factor: D."""
-    peer = peer_interfaces(fabric)
-    node_of = {}
-    for link in fabric["links"]:
-        node_of[f"{link['a']}-eth{link['a_port']}"] = link["a"]
-        node_of[f"{link['b']}-eth{link['b_port']}"] = link["b"]
+    ends = interface_ends(fabric)
     q = pd.DataFrame(queues_end, columns=["port", "ect_pkts", "mark_pkts", "drop_pkts"])
     counted = q.groupby("port")[["ect_pkts", "mark_pkts", "drop_pkts"]].sum()
     pauses, spans = _pauses(pfc_events, end_ns)
     by_port = {s.port: s for s in series}
     rows = []
     for r in links.to_dict("records"):
-        port, far = r["port"], peer.get(r["port"], "")
+        port = r["port"]
+        node, far_node, far = ends.get(port, (port, "?", ""))
         s = by_port[port]
         depth = s.depth_bytes[(s.t_ns >= start_ns) & (s.t_ns <= end_ns)]
         c = counted.loc[port] if port in counted.index else {"ect_pkts": 0, "mark_pkts": 0, "drop_pkts": 0}
-        rows.append({"port": port, "link": f"{node_of.get(port, port)}->{node_of.get(far, '?')}",
+        rows.append({"port": port, "link": f"{node}->{far_node}",
                      "hardware_gbps": r["rate_mbps"] * factor / 1e3, "emulated_mbps": r["rate_mbps"],
                      "bytes": r["bytes"], "utilisation_pct": 100 * r["utilisation"],
                      "queue_peak_bytes": r["max_queue_bytes"],

@@ -26,6 +26,7 @@ import pandas as pd  # noqa: E402
 from testbed.analysis import links as link_analysis  # noqa: E402
 from testbed.analysis.document import PORT_ROWS, blocks, to_html, to_markdown  # noqa: E402
 from testbed.analysis.flows import class_of_dscp  # noqa: E402
+from testbed.analysis.tables import dilation_factor  # noqa: E402
 from testbed.analysis.trace import write_trace  # noqa: E402
 from testbed.runfolder import RunFolder, read_jsonl  # noqa: E402
 
@@ -41,10 +42,7 @@ def _traffic_window(rf: RunFolder) -> tuple[int, int]:
 
 def link_labels(fabric: dict, ports: list[str]) -> list[str]:
     """Each egress port by its link's ends ("s0_0→s1_0"), with the port where two share the ends."""
-    ends = {}
-    for link in fabric["links"]:
-        ends[f"{link['a']}-eth{link['a_port']}"] = f"{link['a']}→{link['b']}"
-        ends[f"{link['b']}-eth{link['b_port']}"] = f"{link['b']}→{link['a']}"
+    ends = {port: f"{node}→{far}" for port, (node, far, _) in link_analysis.interface_ends(fabric).items()}
     named = [ends.get(p, p) for p in ports]
     return [f"{n} ({p})" if named.count(n) > 1 else n for n, p in zip(named, ports)]
 
@@ -242,7 +240,7 @@ def draw_plots(rf: RunFolder) -> list[str]:
     rf.plots.mkdir(exist_ok=True)
     sc = json.loads(rf.scenario.read_text())
     t0, t1 = _traffic_window(rf)
-    factor = float((sc.get("dilation") or {}).get("factor") or 1.0)
+    factor = dilation_factor(sc)
     drawn = []
     for name, ok in (("queues", plot_queues(rf, rf.plot("queues"), t0, t1, factor)),
                      ("latency_cdf", plot_latency_cdf(rf, rf.plot("latency_cdf"), class_of_dscp(sc.get("classes", [])),

@@ -222,8 +222,7 @@ def analyze(run_dir: Path | str) -> dict:
     classes = class_of_dscp(sc.get("classes", []))
     write_table(latency_table(t.packets, flows, classes), rf, "latency")
     fct = fct_table(t.messages, t.packets, flows, sc["fabric"]["bw_mbps"] * 1e6)
-    hw_factor = float((sc.get("dilation") or {}).get("factor", 1.0))
-    write_table(tables.hardware_columns(fct, inp.engine["start_ns"], hw_factor, ("start_ns",),
+    write_table(tables.hardware_columns(fct, inp.engine["start_ns"], tables.dilation_factor(sc), ("start_ns",),
                                         ("fct_ns", "ideal_fct_ns", "nic_wait_ns")), rf, "fct")
     # a run recorded before the field existed is judged with its default
     ref_rtt_us = sc["dcqcn"].get("ref_base_rtt_us", DcqcnSpec().ref_base_rtt_us)
@@ -462,11 +461,11 @@ def link_views(rf: RunFolder, inp: RunInputs, t: Tables, series: list) -> tuple[
     write_table(links, rf, "links")
     agent = read_json(rf.agent_stats) if rf.agent_stats.exists() else {}
     write_table(port_counters(links, series, inp.fabric, agent.get("queues_end") or [], t.pfc_events, start, end,
-                              float((sc.get("dilation") or {}).get("factor", 1.0))), rf, "ports")
+                              tables.dilation_factor(sc)), rf, "ports")
     bin_ms = tables.heatmap_bin_ms((end - start) / 1e9)
     util = link_analysis.utilisation(series, rates, start, end, bin_ms)
     # t_ms: emulated ms since the traffic's start
-    util["t_hw_us"] = util["t_ms"].astype("float64") * 1e3 / float((sc.get("dilation") or {}).get("factor", 1.0))
+    util["t_hw_us"] = util["t_ms"].astype("float64") * 1e3 / tables.dilation_factor(sc)
     write_table(util, rf, "link_utilisation")
     busiest = links.sort_values("utilisation", ascending=False).head(5)
     groups = read_json(rf.groups_end) if rf.groups_end.exists() else {}

@@ -52,6 +52,11 @@ def read_json(path: Path):
     return json.loads(path.read_text())
 
 
+def dilation_factor(sc: dict) -> float:
+    """The run's D, from its resolved scenario (1 for a run recorded before dilation)."""
+    return float((sc.get("dilation") or {}).get("factor") or 1.0)
+
+
 def hardware_columns(df: pd.DataFrame, start_ns: int, factor: float, at: tuple[str, ...] = (),
                      spans: tuple[str, ...] = ()) -> pd.DataFrame:
     """df with each emulated time in the hardware fabric's time beside it: for a CLOCK_MONOTONIC
@@ -158,7 +163,7 @@ def build(inp: RunInputs) -> Tables:
                                               sc["fabric"]["bw_mbps"] * 1e6, first, latency)
         iters = iteration_table(msgs[tags.isin(["collective", "compute"])], bound)
     write_table(pkts, rf, "packets", csv=False)
-    start, factor = inp.engine["start_ns"], float((sc.get("dilation") or {}).get("factor", 1.0))
+    start, factor = inp.engine["start_ns"], dilation_factor(sc)
     write_table(hardware_columns(msgs, start, factor, ("release_ns", "first_tx_ns", "first_depart_ns", "complete_ns",
                                                        "acked_ns"), ("duration_ns", "fct_ns", "nic_wait_ns", "wc_ns")),
                 rf, "messages")
