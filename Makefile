@@ -51,10 +51,10 @@ analyze: venv
 baseline: setup
 	$(PY) -m testbed baseline $(NAME) $(if $(RUN),--run $(RUN))
 
-# NAME's run-to-run spread over its stored runs (results/NAME, or RUNS="dir ..."), as the
-# [[tolerance]] tables its scenario file records.
+# NAME's run-to-run spread over its stored runs (results/NAME, or RUNS="dir ...") and its spread
+# ledger, as the [[tolerance]] tables its scenario file records; RECORD=1 adds the runs to the ledger.
 spread: venv
-	$(PY) -m testbed spread $(NAME) $(RUNS)
+	$(PY) -m testbed spread $(NAME) $(RUNS) $(if $(RECORD),--record)
 
 # Run the regression suite (every shipped scenario but those whose file says why not; or
 # NAMES="a b"), one verdict table.

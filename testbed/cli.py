@@ -395,24 +395,35 @@ def _sabotage(args) -> int:
 
 
 def cmd_spread(args) -> int:
-    """A scenario's run-to-run spread over its stored runs, and the [[tolerance]] tables it gives."""
+    """A scenario's run-to-run spread over its stored runs and its spread ledger
+    (baselines/spread/NAME.jsonl), and the [[tolerance]] tables it gives; --record adds the stored
+    runs to the ledger first."""
     from testbed.regress import baselines as regress
     from testbed.run.runner import RESULTS_DIR
     from testbed.scenario import load_scenario
     name = load_scenario(args.name).name
     roots = [Path(r) for r in args.runs] or [RESULTS_DIR / name]
-    summaries = []
+    stored = []
     for root in roots:
         for f in sorted(root.glob("**/summary.json")):
             s = json.loads(f.read_text())
             if s.get("scenario") == name:
-                summaries.append(s)
-    stats = regress.spread(summaries)
+                stored.append(regress.spread_entry(s))
+    if args.record:
+        try:
+            path, added = regress.record_spread(name, stored)
+        except ValueError as e:
+            raise SetupError(f"{name}'s spread ledger takes runs of clean commits only: {e}") from None
+        console.print(f"{added} run(s) added to {path} ({len(stored) - added} already there)")
+    ledger = regress.read_ledger(name)
+    seen = {e["run_id"] for e in ledger}
+    entries = ledger + [e for e in stored if e["run_id"] not in seen]
+    stats = regress.spread(entries)
     n = max((st["runs"] for st in stats.values() if st["class"] == "performance"), default=0)
-    console.print(f"{args.name}: {len(summaries)} runs, {n} faithful and ok")
+    console.print(f"{args.name}: {len(entries)} runs ({len(ledger)} from its spread ledger), {n} faithful and ok")
     if n < regress.MIN_SPREAD_RUNS:
         raise SetupError(f"{n} faithful runs of {args.name}: a spread needs {regress.MIN_SPREAD_RUNS} or more")
-    commits = sorted({s.get("git_commit") or "?" for s in summaries})
+    commits = sorted({e.get("git_commit") or "?" for e in entries})
     print(regress.tolerance_toml(stats, commits))
     return 0
 
@@ -625,6 +636,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("spread", help="a scenario's run-to-run spread over stored runs, as [[tolerance]] tables")
     p.add_argument("name")
     p.add_argument("runs", nargs="*", metavar="RESULTS_DIR", help="folders holding its runs (default: results/NAME)")
+    p.add_argument("--record", action="store_true",
+                   help="add those runs (of clean commits) to its spread ledger, baselines/spread/NAME.jsonl, which "
+                        "keeps what each run gives the spread after its folder is gone")
     p.set_defaults(func=cmd_spread)
     p = sub.add_parser("compare", help="policy A or B? two runs, two folders of runs, or one scenario under two "
                                        "--set variants run -n times each: key metrics side by side, and which "

@@ -7,6 +7,7 @@ import operator
 import os
 from pathlib import Path
 
+from testbed.errors import InputError
 from testbed.metrics import DERIVED, TRACKED, Tolerance, metric_class, tolerance_of  # noqa: F401 (also regress's API)
 from testbed.paths import PROJECT_ROOT
 
@@ -196,16 +197,27 @@ SPREAD_FACTOR = 1.5
 MIN_SPREAD_RUNS = 20
 
 
-def spread(summaries: list[dict]) -> dict[str, dict]:
-    """Per tracked metric with a tolerance: how many runs, their least, median and largest value,
-    and the tolerance that spread gives. Over the runs in which nothing failed; a performance
-    metric only over the faithful ones, since it is judged only on those, and a policy metric over
-    all of them, since it is judged on every run."""
-    clean = [s for s in summaries if s["status"] == "ok"]
+SPREAD_VERSION = 1
+
+
+def spread_entry(summary: dict) -> dict:
+    """What a run gives its scenario's spread: its tracked metrics (baseline_of), its status and its
+    fidelity verdict. A spread ledger (record_spread) keeps these, so that a spread can gather runs of
+    several sessions or machines without their folders, and the tolerances keep their evidence."""
+    return {"spread_version": SPREAD_VERSION, **baseline_of(summary), "status": summary["status"],
+            "fidelity_verdict": (summary.get("fidelity") or {}).get("verdict")}
+
+
+def spread(entries: list[dict]) -> dict[str, dict]:
+    """Per tracked metric with a tolerance, over spread_entry records: how many runs, their least,
+    median and largest value, and the tolerance that spread gives. Over the runs in which nothing
+    failed; a performance metric only over the faithful ones, since it is judged only on those, and a
+    policy metric over all of them, since it is judged on every run."""
+    clean = [e for e in entries if e["status"] == "ok"]
     values: dict[str, list[float]] = {}
-    for s in clean:
-        faithful = s["fidelity"]["verdict"] == "kept_up"
-        for path, v in baseline_of(s)["metrics"].items():
+    for e in clean:
+        faithful = e["fidelity_verdict"] == "kept_up"
+        for path, v in e["metrics"].items():
             tol = tolerance_of(path)
             if tol is None or tol.better == "equal" or isinstance(v, (bool, str)):
                 continue
@@ -221,6 +233,56 @@ def spread(summaries: list[dict]) -> dict[str, dict]:
                      "median": vs[mid] if len(vs) % 2 else (vs[mid - 1] + vs[mid]) / 2,
                      "abs": float(f"{SPREAD_FACTOR * (hi - lo):.3g}")}
     return out
+
+
+def ledger_path(name: str, directory: Path = BASELINE_DIR) -> Path:
+    return directory / "spread" / f"{name}.jsonl"
+
+
+def read_ledger(name: str, directory: Path = BASELINE_DIR) -> list[dict]:
+    """The scenario's spread ledger (one spread_entry a line), or [] if it has none."""
+    p = ledger_path(name, directory)
+    if not p.exists():
+        return []
+    out = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"{p}:{n}", None, f"not JSON ({err.msg})") from None
+        if not isinstance(e, dict) or e.get("spread_version") != SPREAD_VERSION:
+            raise InputError(f"{p}:{n}", "spread_version", f"{e.get('spread_version') if isinstance(e, dict) else e!r}, "
+                             f"this testbed reads {SPREAD_VERSION}")
+        if e.get("baseline_version") != BASELINE_VERSION:
+            raise InputError(f"{p}:{n}", "baseline_version", f"{e.get('baseline_version')!r}, this testbed reads "
+                             f"{BASELINE_VERSION}: its metrics are not comparable")
+        if e.get("scenario") != name:
+            raise InputError(f"{p}:{n}", "scenario", f"{e.get('scenario')!r} in the ledger of {name}")
+        out.append(e)
+    return out
+
+
+def record_spread(name: str, entries: list[dict], directory: Path = BASELINE_DIR) -> tuple[Path, int]:
+    """Add the runs not yet in the scenario's ledger; how many were new. Every run must be of a clean
+    commit, as a baseline must (unrecordable): a ValueError naming the first that is not, and nothing
+    written."""
+    for e in entries:
+        why = unrecordable(e.get("git_commit"))
+        if why:
+            raise ValueError(f"run {e['run_id']}: {why}")
+        if e["scenario"] != name:
+            raise ValueError(f"run {e['run_id']} is of {e['scenario']}, not {name}")
+    p = ledger_path(name, directory)
+    have = {e["run_id"] for e in read_ledger(name, directory)}
+    new = [e for e in entries if e["run_id"] not in have]
+    if new:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with p.open("a") as f:
+            for e in sorted(new, key=lambda e: e["run_id"]):
+                f.write(json.dumps(e, sort_keys=True) + "\n")
+    return p, len(new)
 
 
 def tolerance_toml(stats: dict[str, dict], commits: list[str]) -> str:

@@ -114,3 +114,13 @@ def test_latency_past_the_buffers_of_a_lossy_class_is_unreachable():
     base = {"metrics": {"latency_by_class_us.roce.p99_us": 126.0}}
     found = limits.unreachable(base, dataclasses.replace(sc, tolerance=()))
     assert len(found) == 1 and "latency_by_class_us.roce.p99_us" in found[0], found
+
+
+def test_every_committed_spread_ledger_reads_and_holds_runs_of_clean_commits_of_its_scenario():
+    # a ledger a hand edit broke, or one holding a dirty tree's run, fails here, not in a spread
+    ledgers = sorted(BASELINE_DIR.glob("spread/*.jsonl"))
+    for path in ledgers:
+        entries = regress.read_ledger(path.stem)
+        assert entries, f"{path}: empty"
+        assert len({e["run_id"] for e in entries}) == len(entries), f"{path}: a run twice"
+        assert not [e["run_id"] for e in entries if regress.unrecordable(e.get("git_commit"))], path

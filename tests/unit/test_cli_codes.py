@@ -30,6 +30,43 @@ def test_too_few_runs_for_a_spread_is_a_setup_problem_not_a_regression(tmp_path)
     assert "a spread needs" in out.stdout
 
 
+def _summary(run_id, t, commit="0123456789ab"):
+    return {"scenario": "incast-ecn", "run_id": run_id, "git_commit": commit, "status": "ok",
+            "fidelity": {"verdict": "kept_up"}, "collective": {"mean_time_s": t}}
+
+
+def test_a_spread_recorded_in_its_ledger_outlives_the_run_folders_and_a_dirty_run_is_refused(tmp_path):
+    import json
+    import os
+    env = {**os.environ, "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
+
+    def spread(*args):
+        return subprocess.run([sys.executable, "-m", "testbed", "spread", "incast-ecn", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, env=env)
+    runs = tmp_path / "runs"
+    for i in range(20):
+        (runs / f"r{i:02}").mkdir(parents=True)
+        (runs / f"r{i:02}" / "summary.json").write_text(json.dumps(_summary(f"r{i:02}", 1.0 + i / 100)))
+    out = spread(str(runs), "--record")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "20 run(s) added" in out.stdout and 'metric = "collective.mean_time_s"' in out.stdout
+    tables = out.stdout[out.stdout.index("[[tolerance]]"):]
+    # the folders gone: the ledger alone gives the same tables
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    again = spread(str(empty))
+    assert again.returncode == 0 and again.stdout[again.stdout.index("[[tolerance]]"):] == tables, again.stdout
+    assert "20 runs (20 from its spread ledger)" in again.stdout
+    # a run of a tree with uncommitted changes is refused, by name, and nothing is added
+    (runs / "dirty").mkdir()
+    (runs / "dirty" / "summary.json").write_text(json.dumps(_summary("dirty", 5.0, "0123456789ab-dirty")))
+    out = spread(str(runs), "--record")
+    assert out.returncode == SetupError.exit_code, out.stdout + out.stderr
+    assert "run dirty" in out.stdout and "uncommitted" in out.stdout
+    ledger = tmp_path / "baselines" / "spread" / "incast-ecn.jsonl"
+    assert len(ledger.read_text().splitlines()) == 20
+
+
 def test_error_text_keeps_its_brackets(tmp_path):
     # rich would read "[[faults]]" as markup and print "[]"
     bad = tmp_path / "bad.toml"

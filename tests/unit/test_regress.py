@@ -145,18 +145,18 @@ def test_a_baseline_is_recorded_only_from_a_clean_commit(tmp_path):
     assert not (tmp_path / "y.json").exists()
 
 
-def _run(t, marks, verdict="kept_up", status="ok"):
-    return {"scenario": "s", "run_id": "r", "status": status, "fidelity": {"verdict": verdict},
+def _run(t, marks, verdict="kept_up", status="ok", run_id="r", commit=None):
+    return {"scenario": "s", "run_id": run_id, "git_commit": commit, "status": status, "fidelity": {"verdict": verdict},
             "collective": {"mean_time_s": t, "iterations_complete": 1}, "qos": {"ecn": {"marked": marks}}}
 
 
 def test_the_spread_judges_performance_over_faithful_runs_and_policy_over_every_clean_one():
-    from testbed.regress.baselines import SPREAD_FACTOR, spread, tolerance_toml
+    from testbed.regress.baselines import SPREAD_FACTOR, spread, spread_entry, tolerance_toml
     runs = [_run(1.0 + 0.01 * i, 100 + i) for i in range(20)]
     # an unfaithful run: its time says nothing, its marks count (policy is judged on every run);
     # a failed run counts for neither
     runs += [_run(9.0, 90, verdict="could_not_keep_up"), _run(9.0, 0, status="failed")]
-    st = spread(runs)
+    st = spread([spread_entry(r) for r in runs])
     assert st["collective.mean_time_s"]["runs"] == 20 and st["collective.mean_time_s"]["max"] == pytest.approx(1.19)
     assert st["collective.mean_time_s"]["abs"] == pytest.approx(SPREAD_FACTOR * 0.19, rel=1e-3)
     assert st["qos.ecn.marked"]["runs"] == 21
@@ -169,6 +169,49 @@ def test_the_spread_judges_performance_over_faithful_runs_and_policy_over_every_
     doc = {"tolerance": tomllib.loads(tolerance_toml(st, ["abc"]))["tolerance"]}
     sc = load_document("s", doc, "s.toml")
     assert {t.metric: t.abs for t in sc.tolerance}["qos.ecn.marked"] == pytest.approx(SPREAD_FACTOR * 29)
+
+
+def test_a_spread_ledger_keeps_each_run_once_and_gives_the_spread_its_runs_gave(tmp_path):
+    # two sessions' runs, their folders gone after the first: the ledger's spread is the one the
+    # summaries themselves give
+    from testbed.regress.baselines import read_ledger, record_spread, spread, spread_entry
+    first = [spread_entry(_run(1.0 + 0.01 * i, 100 + i, run_id=f"a{i}", commit="c1")) for i in range(10)]
+    second = [spread_entry(_run(1.2 + 0.01 * i, 80 + i, run_id=f"b{i}", commit="c1")) for i in range(10)]
+    assert record_spread("s", first, tmp_path)[1] == 10
+    path, added = record_spread("s", first[:3] + second, tmp_path)
+    assert added == 10 and len(path.read_text().splitlines()) == 20
+    assert spread(read_ledger("s", tmp_path)) == spread(first + second)
+    assert spread(read_ledger("s", tmp_path))["collective.mean_time_s"]["max"] == pytest.approx(1.29)
+
+
+def test_a_spread_ledger_refuses_a_dirty_run_and_writes_nothing(tmp_path):
+    from testbed.regress.baselines import ledger_path, record_spread, spread_entry
+    runs = [spread_entry(_run(1.0, 100, run_id="a", commit="c1")),
+            spread_entry(_run(1.0, 100, run_id="b", commit="c1-dirty"))]
+    with pytest.raises(ValueError, match="run b: .*uncommitted"):
+        record_spread("s", runs, tmp_path)
+    with pytest.raises(ValueError, match="run a: the run names no git commit"):
+        record_spread("s", [spread_entry(_run(1.0, 100, run_id="a"))], tmp_path)
+    assert not ledger_path("s", tmp_path).exists()
+
+
+def test_a_bad_spread_ledger_line_names_the_file_line_and_field(tmp_path):
+    import json
+
+    from testbed.errors import InputError
+    from testbed.regress.baselines import ledger_path, read_ledger, spread_entry
+    p = ledger_path("s", tmp_path)
+    p.parent.mkdir()
+    good = spread_entry(_run(1.0, 100, run_id="a", commit="c1"))
+    p.write_text(json.dumps(good) + "\n" + json.dumps({**good, "spread_version": 0}) + "\n")
+    with pytest.raises(InputError, match=r"s\.jsonl:2: spread_version"):
+        read_ledger("s", tmp_path)
+    p.write_text(json.dumps({**good, "scenario": "t"}) + "\n")
+    with pytest.raises(InputError, match=r"s\.jsonl:1: scenario"):
+        read_ledger("s", tmp_path)
+    p.write_text("{\n")
+    with pytest.raises(InputError, match=r"s\.jsonl:1: not JSON"):
+        read_ledger("s", tmp_path)
 
 
 def test_a_go_back_with_nothing_lost_is_the_emulators_on_an_unfaithful_run():
