@@ -49,7 +49,8 @@ def blocks(s: dict, drawn: list[str] = (), ports: list[dict] = (), port_count: i
         out += [("img", f"plots/{name}.png", captions[name]) for name in drawn]
     out.append(("p", "Tables: messages, iterations, flows, latency, fct, links, ports, link_utilisation (.parquet and "
                      ".csv); packets, queues, qp_events (.parquet); summary.json. trace.json: the run's messages, "
-                     "compute, pauses and DCQCN rates in hardware time, for ui.perfetto.dev or chrome://tracing."))
+                     "compute, pauses and DCQCN rates in hardware time, for ui.perfetto.dev or chrome://tracing. "
+                     "interactive.html: the time plots on one time axis, to zoom in a browser."))
     return out
 
 

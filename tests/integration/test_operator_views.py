@@ -65,3 +65,27 @@ def test_port_counters_agree_with_the_runs_account(suite_runs):
     # worst first: no port below has more drops, or as many and more paused time
     keys = list(zip(ports["drops"], ports["paused_us"]))
     assert keys == sorted(keys, reverse=True)
+
+
+def test_the_zoomable_page_of_a_pfc_incast_shows_every_pause_on_the_runs_time_axis(suite_runs):
+    # interactive.html of a real run: its plots share one time axis as long as the traffic (hardware
+    # us), and its pause bars are the run's pauses
+    from bokeh.plotting import figure
+
+    from testbed.analysis.interactive import layout
+    from testbed.analysis.plotdata import PAUSE_ROWS, hw_us, pause_bars
+    from testbed.runfolder import RunFolder
+    run = suite_runs.get("incast-pfc")
+    assert (run.run_dir / "interactive.html").stat().st_size > 1_000_000   # bokeh's JavaScript inlined
+    rf = RunFolder(run.run_dir)
+    eng = json.loads(rf.engine_stats.read_text())
+    factor = run.summary["dilation"]["factor"]
+    page = layout(rf, run.summary, eng["start_ns"], eng["end_ns"], factor)
+    figs = [c for c in page.children if isinstance(c, figure)]
+    assert {id(f.x_range) for f in figs} == {id(figs[0].x_range)}
+    assert figs[0].x_range.end == pytest.approx(hw_us(eng["end_ns"], eng["start_ns"], factor))
+    (pauses,) = [f for f in figs if f.title.text.startswith("PFC pauses")]
+    (bars,) = [r.data_source for r in pauses.renderers]
+    # incast-pfc pauses few port classes, so every pause is drawn
+    assert pause_bars(rf, eng["start_ns"], eng["end_ns"], factor).classes <= PAUSE_ROWS
+    assert len(bars.data["start_us"]) == run.summary["qos"]["pfc"]["pauses"] > 0

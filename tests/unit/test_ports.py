@@ -88,7 +88,7 @@ def test_the_report_shows_the_worst_ports(table):
 
 
 def test_heatmap_rows_are_named_by_their_links_ends():
-    from testbed.analysis.report import link_labels
+    from testbed.analysis.plotdata import link_labels
     fabric = {"links": FABRIC["links"] + [{"a": "s0", "a_port": 3, "b": "s1", "b_port": 2}]}
     assert link_labels(fabric, ["s0-eth2", "s1-eth1", "s0-eth1", "s0-eth3", "x-eth9"]) == [
         "s0→h0", "s1→s0", "s0→s1 (s0-eth1)", "s0→s1 (s0-eth3)", "x-eth9"]
