@@ -554,7 +554,9 @@ def cmd_check(args) -> int:
     a = d["asserts"]
     for f in a["faults"]:
         what = f["link"] or f["switch"]
-        t.add_row("fault", f"{f['action']}{' ' + what if what else ''} at {f['at_s'] * 1e6:.4g} us of hardware time")
+        rate = f" at a frame error rate of {f['frame_error_rate']:g}" if f["action"] == "corrupt" else ""
+        t.add_row("fault", f"{f['action']}{' ' + what if what else ''}{rate} at {f['at_s'] * 1e6:.4g} us of "
+                           f"hardware time")
     for c in a["policy_changes"]:
         t.add_row("policy change", f"class {c['class_name']}: {c['field']} = {c['value']} at "
                                    f"{c['at_s'] * 1e6:.4g} us of hardware time")

@@ -66,6 +66,7 @@ class RunFolder:
     flows_end = _File("flows_end.json", "every switch's flow entries with their packet counters")
     groups_end = _File("groups_end.json", "every switch's group buckets with their counters")
     ovs_socket_drops_end = _File("ovs_socket_drops_end.json", "frames Open vSwitch's sockets dropped")
+    corrupted_end = _File("corrupted_end.json", "the frames each switch port's bit errors hit (corrupt faults)")
     # -- written by the engine (the binary records: testbed.records)
     tx = _File("tx.bin", "one record per frame sent")
     rx = _File("rx.bin", "one record per frame received")

@@ -192,6 +192,8 @@ def _packets(s: dict) -> list[tuple]:
         ("sent / received / lost", f"{pk['sent']} / {pk['received']} / {pk['lost']}"),
         ("retransmitted / NAKs / timeouts", f"{pk['retransmitted']} / {pk['naks']} / {pk['timeouts']}"),
         ("port buffer drops", _num(pk["port_buffer_drops"])), ("ECN CE-marked", _num(pk["ecn_ce_marked"])),
+        ("bit errors: frames hit / dropped by the receivers' ICRC check",
+         f"{_num(pk.get('corrupted_frames'))} / {_num(pk.get('icrc_drops'))}"),
         ("PFC pauses", _num((s.get("qos") or {}).get("pfc", {}).get("pauses")))])]
 
 
@@ -317,10 +319,10 @@ def _ports(ports: list[dict], count: int) -> list[tuple]:
         return []
     return [("h", 2, f"Port counters, worst first ({len(ports)} of {count} switch ports; hardware time)"),
             ("table", ("port", "link", "Gb/s", "utilisation", "queue peak / p99 (B)", "ECN marked / ECT", "drops",
-                       "pauses received / sent", "paused (us)"),
+                       "CRC errors", "pauses received / sent", "paused (us)"),
              [(p["port"], p["link"], _num(p["hardware_gbps"], "{:g}"), _num(p["utilisation_pct"], "{:.1f}%"),
                f"{_num(p['queue_peak_bytes'], '{:.0f}')} / {_num(p['queue_p99_bytes'], '{:.0f}')}",
-               f"{_num(p['ecn_marked'])} / {_num(p['ect_packets'])}", _num(p["drops"]),
+               f"{_num(p['ecn_marked'])} / {_num(p['ect_packets'])}", _num(p["drops"]), _num(p.get("crc_errors", 0)),
                f"{_num(p['pauses_received'])} / {_num(p['pauses_sent'])}", _num(p["paused_us"], "{:.2f}"))
               for p in ports])]
 

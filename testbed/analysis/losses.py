@@ -1,7 +1,8 @@
 """Stage 2 of a run's analysis: every packet accounted for.
 
 A packet sent and never received was dropped somewhere that counts drops (a switch port's buffer,
-a leaf qdisc, Open vSwitch, a socket, a veth, a failed link), or was still queued when the traffic
+a leaf qdisc, Open vSwitch, a socket, a veth, a failed link, a receiver's ICRC check after a corrupt
+fault's bit errors), or was still queued when the traffic
 ended, or was a resent copy still on its way. What no counter explains is `unaccounted`, and a run
 with any is a failed run.
 """
@@ -29,6 +30,8 @@ class LossAccount:
     veth_drops: int
     lost_inside_emulator: int      # lost data packets the emulator's plumbing explains, not a policy's queue
     lost_on_failed_links: int
+    icrc_drops: int                # data frames the receivers dropped for a bad ICRC (a corrupt fault's bit errors)
+    corrupted_frames: int          # frames the corrupt faults hit, as the switch ports counted them
     unaccounted: int
     problems: tuple[str, ...]      # what makes the run a failed one
 
@@ -66,13 +69,17 @@ def account(inp: RunInputs, t: Tables, faults: list[dict], port_buffer_drops: in
     # the peer's rx_dropped, and some kernels also in the sender's tx_dropped: may over-report
     link_drops = int(sum(d["tx_dropped"] + d["rx_dropped"] for d in inp.links_moved.values()))
     socket_drops = int(sum(h["socket_drops"] for h in engine["hosts"]))
+    # a frame a corrupt fault hit is dropped by its receiver's ICRC check, unless a queue behind
+    # the fault dropped it first; none arrives corrupt otherwise
+    icrc_drops = int(sum(h.get("icrc_errors", 0) for h in engine["hosts"]))
+    corrupted = int(sum(inp.corrupted.values()))
     in_fault = fault_mask(pkts, faults)
     lost_to_faults = int((in_fault & pkts["rx_ns"].isna()).sum())
     resent_in_flight = resent_in_flight_at_end(pkts, engine["end_ns"], in_fault)
     ovs_dropped = ovs_internal_drops(inp.links_moved, switches,
                                      qdisc_drops + port_buffer_drops + switch_queued + inp.ovs_socket_drops)
     counted = (qdisc_drops + port_buffer_drops + ovs_dropped + inp.ovs_socket_drops + socket_drops + lost_to_faults
-               + queued_at_end + link_drops)
+               + queued_at_end + link_drops + icrc_drops)
     lost = sent - received - resent_in_flight
     problems = []
     if engine["reason"] != "complete":
@@ -90,17 +97,21 @@ def account(inp: RunInputs, t: Tables, faults: list[dict], port_buffer_drops: in
                         f"still queued at the end {queued_at_end}, inside Open vSwitch {ovs_dropped}, "
                         f"Open vSwitch receive sockets {inp.ovs_socket_drops}, receiver sockets {socket_drops}, "
                         f"veth drops {link_drops}, "
-                        f"in flight on failed links {lost_to_faults})")
+                        f"in flight on failed links {lost_to_faults}, bad ICRC at receivers {icrc_drops})")
+    if icrc_drops > corrupted:
+        problems.append(f"receivers dropped {icrc_drops} frames for a bad ICRC, and the corrupt faults hit "
+                        f"{corrupted}: frames arrived damaged that no fault damaged")
     # data packets the emulator's own plumbing lost, not a switch queue the policy runs: a real
     # fabric would not have lost them (what each place dropped may include ACKs and other frames)
     plumbing = ovs_dropped + inp.ovs_socket_drops + link_drops
-    beyond_queues = max(0, lost - qdisc_drops - port_buffer_drops - queued_at_end - lost_to_faults)
+    beyond_queues = max(0, lost - qdisc_drops - port_buffer_drops - queued_at_end - lost_to_faults - icrc_drops)
     return LossAccount(
         sent=sent, received=received, lost=lost, resent_in_flight_at_end=resent_in_flight,
         port_buffer_drops=port_buffer_drops, qdisc_drops=qdisc_drops, queued_at_end=queued_at_end,
         receiver_socket_drops=socket_drops, dropped_inside_ovs=ovs_dropped, ovs_rx_socket_drops=inp.ovs_socket_drops,
         veth_drops=link_drops, lost_inside_emulator=min(beyond_queues, plumbing + socket_drops),
-        lost_on_failed_links=lost_to_faults, unaccounted=max(0, unexplained), problems=tuple(problems))
+        lost_on_failed_links=lost_to_faults, icrc_drops=icrc_drops, corrupted_frames=corrupted,
+        unaccounted=max(0, unexplained), problems=tuple(problems))
 
 
 def packets_section(acc: LossAccount, inp: RunInputs, t: Tables) -> dict:
@@ -118,7 +129,7 @@ def packets_section(acc: LossAccount, inp: RunInputs, t: Tables) -> dict:
             "acks": int(sum(h["acks_tx"] for h in engine["hosts"])),
             **{k: c[k] for k in ("port_buffer_drops", "qdisc_drops", "queued_at_end", "receiver_socket_drops",
                                  "dropped_inside_ovs", "ovs_rx_socket_drops", "veth_drops", "lost_inside_emulator",
-                                 "lost_on_failed_links", "unaccounted")},
+                                 "lost_on_failed_links", "icrc_drops", "corrupted_frames", "unaccounted")},
             "ovs_drop_counters": inp.manifest.get("ovs_drops_during_traffic", {}),
             "stray": int(sum(h["stray"] for h in engine["hosts"])),
             "ecn_ce_marked": int((pkts["ecn"] == 3).sum()),

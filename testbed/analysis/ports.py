@@ -11,10 +11,13 @@ One row per switch egress port (the ports the agent's telemetry watches):
   buffer policy; a frame the emulator lost is the loss account's, not a port's);
 - PFC: pauses received (this port's egress paused by the node at its far end) and the time it was
   paused (any class; hardware microseconds), and pauses sent (those this port's switch sent to the
-  node at its far end: that node's port toward it was paused).
+  node at its far end: that node's port toward it was paused);
+- CRC errors: frames this port sent that bit errors on its link damaged (a corrupt fault), which
+  the far end counts on arrival.
 
-Worst first: drops, then paused time, then the p99 queue, then utilisation. Pure functions of the
-telemetry series, the agent's end counters and the pause events.
+Worst first: drops, then CRC errors, then paused time, then the p99 queue, then utilisation. Pure
+functions of the telemetry series, the agent's end counters, the pause events and the corrupt
+faults' counts.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import pandas as pd
 from testbed.analysis.links import PortSeries, interface_ends, pause_spans
 
 COLUMNS = ["port", "link", "hardware_gbps", "emulated_mbps", "bytes", "utilisation_pct", "queue_peak_bytes",
-           "queue_p99_bytes", "ect_packets", "ecn_marked", "drops", "pauses_received", "paused_us",
+           "queue_p99_bytes", "ect_packets", "ecn_marked", "drops", "crc_errors", "pauses_received", "paused_us",
            "pauses_sent"]
 
 
@@ -48,10 +51,12 @@ def _pauses(events: pd.DataFrame, end_ns: int) -> tuple[dict[str, int], dict[str
 
 
 def port_counters(links: pd.DataFrame, series: list[PortSeries], fabric: dict, queues_end: list[dict],
-                  pfc_events: pd.DataFrame, start_ns: int, end_ns: int, factor: float) -> pd.DataFrame:
+                  pfc_events: pd.DataFrame, start_ns: int, end_ns: int, factor: float,
+                  corrupted: dict[str, int] | None = None) -> pd.DataFrame:
     """The table (see the module's docstring). links: testbed.analysis.links.link_table's rows (rate,
     bytes drained, utilisation and peak queue of each port); queues_end: the agent's end counters
-    per port and class; factor: D."""
+    per port and class; factor: D; corrupted: the frames each port's bit errors hit."""
+    corrupted = corrupted or {}
     ends = interface_ends(fabric)
     q = pd.DataFrame(queues_end, columns=["port", "ect_pkts", "mark_pkts", "drop_pkts"])
     counted = q.groupby("port")[["ect_pkts", "mark_pkts", "drop_pkts"]].sum()
@@ -70,9 +75,9 @@ def port_counters(links: pd.DataFrame, series: list[PortSeries], fabric: dict, q
                      "queue_peak_bytes": r["max_queue_bytes"],
                      "queue_p99_bytes": float(np.percentile(depth, 99)) if len(depth) else 0.0,
                      "ect_packets": int(c["ect_pkts"]), "ecn_marked": int(c["mark_pkts"]), "drops": int(c["drop_pkts"]),
-                     "pauses_received": pauses.get(port, 0),
+                     "crc_errors": int(corrupted.get(port, 0)), "pauses_received": pauses.get(port, 0),
                      "paused_us": _union_ns(spans.get(port, [])) / factor / 1e3,
                      "pauses_sent": pauses.get(far, 0)})
     df = pd.DataFrame(rows, columns=COLUMNS)
-    return df.sort_values(["drops", "paused_us", "queue_p99_bytes", "utilisation_pct"], ascending=False,
+    return df.sort_values(["drops", "crc_errors", "paused_us", "queue_p99_bytes", "utilisation_pct"], ascending=False,
                           kind="stable").reset_index(drop=True)

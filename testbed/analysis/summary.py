@@ -51,7 +51,8 @@ from testbed.traffic.packets import HEADER_BYTES
 from testbed.traffic.workload import path_links, pipeline_job
 from topologies.model import Fabric
 
-SUMMARY_VERSION = 4   # 2: training (the synchronisation share); 3: jobs; 4: dilation, status inconclusive
+SUMMARY_VERSION = 5   # 2: training (the synchronisation share); 3: jobs; 4: dilation, status inconclusive;
+#                       5: bit errors (packets.icrc_drops, packets.corrupted_frames)
 SCHEMA_PATH = PROJECT_ROOT / "docs" / "summary.schema.json"
 Status = Literal["ok", "failed", "deadlock", "regressed", "inconclusive"]
 Verdict = Literal["kept_up", "could_not_keep_up", "not_judged"]
@@ -84,6 +85,9 @@ class Packets:
     veth_drops: int = doc("drops at veths (may over-report)")
     lost_inside_emulator: int = doc("lost data packets the emulator's plumbing explains")
     lost_on_failed_links: int = doc("lost in flight on links that failed")
+    icrc_drops: int = doc("data frames receivers dropped for a bad ICRC: bit errors of a corrupt fault")
+    corrupted_frames: int = doc("frames the corrupt faults hit, as the switch ports counted them (a hit frame "
+                                "a later queue dropped is that queue's loss)")
     unaccounted: int = doc("lost packets no counter explains: a run with any failed")
     ovs_drop_counters: dict = doc("Open vSwitch's own drop counters over the traffic")
     stray: int = doc("frames a host received that no queue pair expected")
@@ -461,7 +465,7 @@ def link_views(rf: RunFolder, inp: RunInputs, t: Tables, series: list) -> tuple[
     write_table(links, rf, "links")
     agent = read_json(rf.agent_stats) if rf.agent_stats.exists() else {}
     write_table(port_counters(links, series, inp.fabric, agent.get("queues_end") or [], t.pfc_events, start, end,
-                              tables.dilation_factor(sc)), rf, "ports")
+                              tables.dilation_factor(sc), inp.corrupted), rf, "ports")
     bin_ms = tables.heatmap_bin_ms((end - start) / 1e9)
     util = link_analysis.utilisation(series, rates, start, end, bin_ms)
     # t_ms: emulated ms since the traffic's start

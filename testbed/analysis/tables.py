@@ -96,6 +96,7 @@ class RunInputs:
     queues_end: list               # every port qdisc's counters after the traffic
     links_moved: dict              # per interface: what its kernel counters moved during the traffic
     ovs_socket_drops: int          # frames Open vSwitch's receive sockets dropped
+    corrupted: dict                # per switch port: the frames its bit errors hit (corrupt faults)
 
     @property
     def switches(self) -> set[str]:
@@ -118,7 +119,8 @@ def load(rf: RunFolder) -> RunInputs:
     return RunInputs(folder=rf, manifest=manifest, scenario=manifest["scenario"], engine=read_json(rf.engine_stats),
                      plan=read_json(rf.engine_plan), fabric=read_json(rf.fabric),
                      queues_end=read_json(rf.queues_end) if rf.queues_end.exists() else [],
-                     links_moved=link_deltas(start, end), ovs_socket_drops=int(sum(drops.values())))
+                     links_moved=link_deltas(start, end), ovs_socket_drops=int(sum(drops.values())),
+                     corrupted=read_json(rf.corrupted_end) if rf.corrupted_end.exists() else {})
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,11 @@ INGRESS = np.dtype([("in_bytes", "<u8"), ("in_pkts", "<u8"), ("out_bytes", "<u8"
                     ("xoff_crossings", "<u8"), ("byte_ps", "<u8"), ("ahead_ns", "<u8"), ("ahead_ps", "<u8"),
                     ("peak_held_bytes", "<u8"), ("peak_ahead_bytes", "<u8"), ("tai_minus_real_ns", "<u8"),
                     ("wire_max_ns", "<u8"), ("peak_wire_ns", "<u8")])
+# per switch port slot: the corrupt fault's rate and the frames it hit (struct corrupt)
+CORRUPT = np.dtype([("threshold", "<u4"), ("pad", "<u4"), ("frames", "<u8")])
 MAPS = {"queues": (QUEUE, MAX_QUEUES), "profiles": (PROFILE, MAX_QUEUES), "hists": (HIST, MAX_QUEUES),
-        "ingress": (INGRESS, MAX_QUEUES), "dscp_class": (np.dtype("<u8"), DSCP_MAP_ENTRIES)}
+        "ingress": (INGRESS, MAX_QUEUES), "dscp_class": (np.dtype("<u8"), DSCP_MAP_ENTRIES),
+        "corrupt": (CORRUPT, MAX_QUEUES // MAX_CLASSES)}
 HASH_MAPS = ("port_slot", "host_mac")
 PROGRAMS = ("port_enqueue", "port_dequeue", "host_enqueue", "host_dequeue")
 
@@ -125,10 +128,11 @@ class PortQosObject:
 class MappedArrays:
     """numpy views of the object's array maps, from their file descriptors (in any process)."""
 
-    def __init__(self, map_fds: dict[str, int]):
+    def __init__(self, map_fds: dict[str, int], names=tuple(MAPS)):
         self._mmaps = []
         self.views: dict[str, np.ndarray] = {}
-        for name, (dtype, n) in MAPS.items():
+        for name in names:
+            dtype, n = MAPS[name]
             size = -(-dtype.itemsize * n // mmap.PAGESIZE) * mmap.PAGESIZE
             mm = mmap.mmap(map_fds[name], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self._mmaps.append(mm)

@@ -28,7 +28,7 @@ from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.fabric.agent_plan import LeafSpec
-from testbed.fabric.bpfmaps import MAX_CLASSES, PortQosObject
+from testbed.fabric.bpfmaps import MAX_CLASSES, MappedArrays, PortQosObject
 from testbed.fabric.netns import netns_of
 from testbed.fabric.qos import PortLayout, switch_port_slots
 from testbed.fabric.steering import run_helper
@@ -96,6 +96,7 @@ class PortManager:
         self.config = config
         self.ports: list[Port] = []
         self.bpf: PortQosObject | None = None
+        self._corrupt: MappedArrays | None = None   # the corrupt fault's map: this owner writes its rates
         self._root_ipr: IPRoute | None = None
         self._ns_iprs: list[IPRoute] = []
         self._by_ifname: dict[str, Port] = {}
@@ -127,6 +128,7 @@ class PortManager:
                 self.ports.append(p)
         self._by_ifname = {p.ifname: p for p in self.ports}
         self.bpf = PortQosObject()
+        self._corrupt = MappedArrays({"corrupt": self.bpf.map_fd["corrupt"]}, names=("corrupt",))
         for h in fabric.hosts:
             self.bpf.set_host_mac(h.ip, h.mac)
 
@@ -257,6 +259,19 @@ class PortManager:
         p = self._by_ifname[ifname]
         p.ipr.link("set", index=p.index, state="up" if up else "down")
 
+    def set_corruption(self, ifname: str, frame_error_rate: float) -> None:
+        """Bit errors on the RoCE data frames a switch port sends, this share of them hit
+        (port_qos.bpf.c, corrupt_maybe); 0 ends them."""
+        p = self._by_ifname[ifname]
+        if not p.is_switch:
+            raise ValueError(f"{ifname} is a host NIC's: bit errors are put on the frames switch ports send")
+        self._corrupt.corrupt[p.slot]["threshold"] = min(round(frame_error_rate * 2**32), 2**32 - 1)
+
+    def corrupted_frames(self) -> dict[str, int]:
+        """The frames each switch port's bit errors hit so far, ports they never hit left out."""
+        hit = self._corrupt.corrupt["frames"]
+        return {p.ifname: int(hit[p.slot]) for p in self.ports if p.is_switch and hit[p.slot]}
+
     def queue_stats(self) -> list[dict]:
         """Leaf counters of every port and class: bytes/packets sent, drops, overlimits, backlog."""
         # One dump per namespace (a per-interface query dumps the whole namespace anyway).
@@ -292,6 +307,9 @@ class PortManager:
         return {p.ifname: stats[(id(p.ipr), p.index)] for p in self.ports if (id(p.ipr), p.index) in stats}
 
     def close(self) -> None:
+        if self._corrupt is not None:
+            self._corrupt.close()
+            self._corrupt = None
         if self.bpf is not None:
             self.bpf.close()
             self.bpf = None

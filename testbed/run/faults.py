@@ -1,6 +1,7 @@
 """The scenario's fault schedule ([[faults]]) carried out during the traffic phase: links and
-switches taken down and up at the switch-side end of each link, the controller killed; each fault
-logged to raw/faults.jsonl as it happens."""
+switches taken down and up at the switch-side end of each link, the controller killed, bit errors
+put on a link's frames (the port program's corrupt map); each fault logged to raw/faults.jsonl as
+it happens."""
 from __future__ import annotations
 
 import json
@@ -38,7 +39,18 @@ class FaultInjector:
             fault = self.pending.pop(0)
             t = time.monotonic_ns()
             record = {"t_ns": t, "at_s": (t - self.start_ns) / 1e9, "action": fault.action}
-            if fault.action == "controller_kill":
+            if fault.action == "corrupt":
+                links = self.fabric.links if fault.link == "*" else [self.fabric.link_by_name(fault.link)]
+                # bit errors on the frames each switch end sends onto the link: both ways between
+                # switches, toward the host on a host's link (a host NIC runs no port program)
+                ends = [self.fabric.intf_name(node, port) for link in links
+                        for node, port in ((link.a, link.a_port), (link.b, link.b_port))
+                        if node in self.fabric.switch_by_name]
+                for ifname in ends:
+                    self.net.ports.set_corruption(ifname, fault.frame_error_rate)
+                record.update(link=fault.link, frame_error_rate=fault.frame_error_rate, ports=ends)
+                target = f"{fault.link} ({len(ends)} switch ports) at a frame error rate of {fault.frame_error_rate:g}"
+            elif fault.action == "controller_kill":
                 self.ctl.proc.kill()
                 self.controller_killed_ns = t
                 target = f"controller (pid {self.ctl.pid})"

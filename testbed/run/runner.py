@@ -360,6 +360,7 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
         # they drain toward hosts that no longer listen.
         rf.queues_end.write_text(json.dumps(net.ports.queue_stats()))
         rf.links_end.write_text(json.dumps(net.ports.link_counters()))
+        rf.corrupted_end.write_text(json.dumps(net.ports.corrupted_frames()))
         agent.stop()
         drops1 = probe.ovs_drop_counters()
         manifest["ovs_drops_during_traffic"] = {k: drops1[k] - drops0[k] for k in drops0}

@@ -214,6 +214,14 @@ def _check_faults(where: str, sc: Scenario, fabric) -> None:
             if link.a in fabric.host_by_name or link.b in fabric.host_by_name:
                 raise InputError(where, f"faults[{i}].link", "only switch-to-switch links can fail "
                                  "(a host's only link down would cut it off)")
+        elif fault.action == "corrupt":
+            if fault.link != "*":
+                try:
+                    fabric.link_by_name(fault.link)
+                except KeyError:
+                    raise InputError(where, f"faults[{i}].link", f"no link {fault.link!r} in this fabric (write "
+                                     f"it as <node>-<node>, e.g. {fabric.links[-1].name}, or \"*\" for every "
+                                     f"link)") from None
         elif fault.action.startswith("switch_") and fault.switch not in fabric.switch_by_name:
             raise InputError(where, f"faults[{i}].switch", f"no switch {fault.switch!r} in this fabric "
                              f"(e.g. {fabric.switches[-1].name})")
@@ -480,6 +488,10 @@ def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays:
                   dilation=dilation, **built)
     if jobs or built["workload"].type == "jobs":
         sc = _resolve_jobs(where, sc)
+    if any(f.action == "corrupt" for f in faults) and not sc.transport.verify_icrc:
+        # a corrupted frame is dropped by the receiver's ICRC check, as a NIC drops it; without the
+        # check it would be taken as good data
+        sc = dataclasses.replace(sc, transport=dataclasses.replace(sc.transport, verify_icrc=True))
     _cross_checks(where, sc, set(tables["fabric"]) if isinstance(tables["fabric"], dict) else set())
     _check_remote(where, sc)
     return sc

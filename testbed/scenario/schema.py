@@ -399,10 +399,16 @@ class RunSpec:
 class FaultSpec:
     at_s: float = spec(0.0, "when, seconds of hardware time after traffic starts", "float", 0.0, 3600.0)
     action: str = spec("link_down", "what happens: link_down/link_up (field link), switch_down/switch_up "
-                       "(field switch: all its links), controller_kill (SIGKILL, as a crash)", "str",
-                       choices=("link_down", "link_up", "switch_down", "switch_up", "controller_kill"))
-    link: str = spec("", "link_down/link_up: the link, as <node>-<node> (e.g. s0_0-s1_0)", "str")
+                       "(field switch: all its links), controller_kill (SIGKILL, as a crash), corrupt (bit "
+                       "errors on a link from then on: fields link and frame_error_rate, 0 ending them)", "str",
+                       choices=("link_down", "link_up", "switch_down", "switch_up", "controller_kill", "corrupt"))
+    link: str = spec("", "link_down/link_up/corrupt: the link, as <node>-<node> (e.g. s0_0-s1_0); corrupt also "
+                     "takes \"*\", every link", "str")
     switch: str = spec("", "switch_down/switch_up: the switch", "str")
+    frame_error_rate: float = spec(0.0, "corrupt: the share of the RoCE data frames a switch port sends onto the "
+                                   "link that arrive with a bit flipped (receivers drop them by their ICRC; "
+                                   "transport.verify_icrc is on whenever a corrupt fault is scheduled)", "float",
+                                   0.0, 0.5)
 
 
 EXPECT_OPS = ("<", "<=", ">", ">=", "==", "!=")

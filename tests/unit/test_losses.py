@@ -53,3 +53,34 @@ def test_a_failure_owns_what_was_on_its_way_when_it_came_and_nothing_older():
     # with nothing delivered before the failure the window is 50 ms
     mask = fault_mask(df.iloc[1:], [{"action": "link_down", "t_ns": t, "reroute_ms": 20.0}])
     assert mask.tolist() == [False, False, True, False]
+
+
+def _inputs(tmp_path, icrc_errors, corrupted):
+    """A run of 10 data packets of which the last 3 never arrived, and the receivers' ICRC drops and
+    the switch ports' bit-error counts given; nothing else dropped anything."""
+    from testbed.analysis.tables import RunInputs, Tables
+    from testbed.runfolder import RunFolder
+    pkts = packets([(0, i, False, i * MS, (i * MS + MS) if i < 7 else None) for i in range(10)])
+    engine = {"hosts": [{"socket_drops": 0, "icrc_errors": icrc_errors}], "reason": "complete", "messages": 1,
+              "messages_completed": 1, "end_ns": 100 * MS, "transport": {"reliability": "go_back_n"}}
+    inp = RunInputs(folder=RunFolder(tmp_path), manifest={}, scenario={}, engine=engine, plan={},
+                    fabric={"switches": [{"name": "s0"}]}, queues_end=[], links_moved={}, ovs_socket_drops=0,
+                    corrupted=corrupted)
+    t = Tables(messages=pd.DataFrame(), packets=pkts, iterations=pd.DataFrame(), telemetry=None,
+               pfc_events=pd.DataFrame(), bound_formula="", bound_terms=None)
+    return inp, t
+
+
+def test_frames_a_corrupt_fault_damaged_are_lost_to_the_receivers_icrc_check(tmp_path):
+    from testbed.analysis.losses import account
+    acc = account(*_inputs(tmp_path, icrc_errors=3, corrupted={"s0-eth1": 2, "s0-eth2": 1}), [], 0)
+    assert (acc.lost, acc.icrc_drops, acc.corrupted_frames, acc.unaccounted) == (3, 3, 3, 0)
+    assert acc.lost_inside_emulator == 0 and acc.problems == ()
+
+
+def test_icrc_drops_no_fault_explains_are_a_problem_and_losses_without_them_unaccounted(tmp_path):
+    from testbed.analysis.losses import account
+    acc = account(*_inputs(tmp_path, icrc_errors=3, corrupted={}), [], 0)
+    assert any("no fault damaged" in p for p in acc.problems)
+    acc = account(*_inputs(tmp_path, icrc_errors=0, corrupted={"s0-eth1": 3}), [], 0)
+    assert acc.unaccounted == 3 and any("not accounted for" in p for p in acc.problems)

@@ -84,7 +84,7 @@ def test_the_report_shows_the_worst_ports(table):
     md = to_markdown(_ports(rows, 40))
     assert "Port counters, worst first (3 of 40 switch ports" in md
     assert md.index("| s1-eth1 |") < md.index("| s0-eth1 |") < md.index("| s0-eth2 |")
-    assert "| s0-eth1 | s0->s1 | 10 | 50.0% | 4000 / 4000 | 0 / 0 | 0 | 3 / 0 | 85.00 |" in md
+    assert "| s0-eth1 | s0->s1 | 10 | 50.0% | 4000 / 4000 | 0 / 0 | 0 | 0 | 3 / 0 | 85.00 |" in md
 
 
 def test_heatmap_rows_are_named_by_their_links_ends():
@@ -92,3 +92,13 @@ def test_heatmap_rows_are_named_by_their_links_ends():
     fabric = {"links": FABRIC["links"] + [{"a": "s0", "a_port": 3, "b": "s1", "b_port": 2}]}
     assert link_labels(fabric, ["s0-eth2", "s1-eth1", "s0-eth1", "s0-eth3", "x-eth9"]) == [
         "s0→h0", "s1→s0", "s0→s1 (s0-eth1)", "s0→s1 (s0-eth3)", "x-eth9"]
+
+
+def test_crc_errors_are_the_frames_a_ports_bit_errors_hit_and_rank_after_drops(table):
+    from testbed.analysis.links import link_table
+    series = [_series("s0-eth1", 62_500, [0] * 100), _series("s0-eth2", 0, [0] * 100)]
+    links = link_table(series, RATES, {"s0-eth1": "s1", "s0-eth2": "h0"}, T0, T1)
+    t = port_counters(links, series, FABRIC, [], pd.DataFrame(), T0, T1, D, {"s0-eth2": 7}).set_index("port")
+    assert list(t.index) == ["s0-eth2", "s0-eth1"]
+    assert t.loc["s0-eth2", "crc_errors"] == 7 and t.loc["s0-eth1", "crc_errors"] == 0
+    assert (table["crc_errors"] == 0).all()   # no corrupt fault, none

@@ -58,6 +58,9 @@ def test_set_overrides_any_field():
     ({"expect": [{"metric": "qos.ecn.markd", "op": ">", "value": 0}]}, "expect[0].metric"),
     ({"expect": [{"metric": "packets.lost", "op": "<=", "than": "packets.lost_on_faild_links"}]}, "expect[0].than"),
     ({"expect": [{"metric": "faults.first.reroute_ms", "op": "<", "value": 1}]}, "expect[0].metric"),
+    # bit errors on a link that does not exist, or at a rate past what a link could carry anything at
+    ({"faults": [{"action": "corrupt", "link": "s0_0-s9_9", "frame_error_rate": 1e-4}]}, "faults[0].link"),
+    ({"faults": [{"action": "corrupt", "link": "*", "frame_error_rate": 0.6}]}, "faults[0].frame_error_rate"),
 ])
 def test_bad_documents_name_the_file_and_field(doc, field):
     with pytest.raises(InputError) as e:
@@ -109,3 +112,15 @@ def test_every_link_of_a_built_fabric_has_its_rate():
     assert rates == [50e3, 400e3]
     # a version 2 file's hardware rate, as the hardware view (D = 1) every planner reads
     assert all(link.bw_mbps == 100e3 for link in build_fabric(load_scenario("allreduce-torus").fabric).links)
+
+
+def test_a_corrupt_fault_turns_the_receivers_icrc_check_on():
+    # a damaged frame must be dropped by the receiver's ICRC check, as a NIC drops it, or it would
+    # be taken as good data
+    plain = load_scenario("allreduce-torus")
+    assert plain.transport.verify_icrc is False
+    sc = load_document("x", {"faults": [{"action": "corrupt", "at_s": 0.0, "link": "*", "frame_error_rate": 1e-4},
+                                        {"action": "corrupt", "at_s": 1e-4, "link": "s0_0-s0_1",
+                                         "frame_error_rate": 0.0}]}, "scenarios/x.toml")
+    assert sc.transport.verify_icrc is True
+    assert [(f.link, f.frame_error_rate) for f in sc.faults] == [("*", 1e-4), ("s0_0-s0_1", 0.0)]

@@ -174,6 +174,26 @@ struct {
 	__type(value, __u32);
 } port_slot SEC(".maps");
 
+/* Bit errors on a link ([[faults]] corrupt), per switch port slot: a share of the RoCE data frames
+ * the port sends get one bit of their payload flipped just before the ICRC, so the receiving NIC's
+ * ICRC check rejects them, as a NIC rejects a frame the wire damaged, and go-back-N resends. A
+ * switch's own MAC would drop it on its FCS at the next hop instead; the frame lost is the same.
+ * Control frames (ACK, NAK, CNP) are left alone: the data plane checks the ICRC of data frames
+ * only. The fault injector (testbed.run.faults) owns threshold; frames is the port's count. */
+struct corrupt {
+	__u32 threshold;   /* a frame is hit when a 32-bit random number falls below it: rate x 2^32 */
+	__u32 pad;
+	__u64 frames;      /* frames hit: the CRC errors the far end would count */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MAX_QUEUES / MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct corrupt);
+} corrupt SEC(".maps");
+
 static __always_inline __u32 lookup_u64(void *map, __u32 key, __u32 dflt)
 {
 	__u64 *v = bpf_map_lookup_elem(map, &key);
@@ -231,6 +251,39 @@ static __always_inline int set_ce(struct __sk_buff *skb, int word, int l3)
 	if (bpf_l3_csum_replace(skb, l3 + offsetof(struct iphdr, check), old, new, 2))
 		return 0;
 	return bpf_skb_store_bytes(skb, l3 + 1, &tos, 1, 0) == 0;
+}
+
+#define OP_SEND_LAST 0x02
+#define OP_SEND_ONLY 0x04
+#define ICRC_LEN 4
+#define STAMP_LEN 24   /* the data plane's payload stamp after the BTH: magic, flow, message, sequence, send time */
+
+/* One bit of a RoCE data frame's payload flipped, at the port's rate of bit errors. The stamp that
+ * names the frame's queue pair stays whole, so the receiver can tell whose frame it rejected. */
+static __always_inline void corrupt_maybe(struct __sk_buff *skb, __u32 slot, int word, int l3)
+{
+	struct corrupt *c = bpf_map_lookup_elem(&corrupt, &slot);
+	__u8 vhl = 0, proto = 0, op = 0xff, byte = 0;
+	__u16 dport = 0;
+
+	if (!c || !c->threshold || word < 0)
+		return;
+	if (bpf_skb_load_bytes(skb, l3, &vhl, 1) || bpf_skb_load_bytes(skb, l3 + 9, &proto, 1) ||
+	    proto != IPPROTO_UDP)
+		return;
+	int l4 = l3 + (vhl & 0xf) * 4;
+	if (bpf_skb_load_bytes(skb, l4 + 2, &dport, 2) || dport != bpf_htons(ROCE_UDP_PORT) ||
+	    bpf_skb_load_bytes(skb, l4 + 8, &op, 1) || !(op <= OP_SEND_LAST || op == OP_SEND_ONLY))
+		return;
+	if (bpf_get_prandom_u32() >= c->threshold)
+		return;
+	/* the payload's last byte: past the BTH (12 bytes) and the stamp, before the ICRC */
+	__u32 at = skb->len - ICRC_LEN - 1;
+	if (at < (__u32)(l4 + 8 + 12 + STAMP_LEN) || bpf_skb_load_bytes(skb, at, &byte, 1))
+		return;
+	byte ^= 1 << (bpf_get_prandom_u32() & 7);
+	if (bpf_skb_store_bytes(skb, at, &byte, 1, 0) == 0)
+		__sync_fetch_and_add(&c->frames, 1);
 }
 
 /* A PFC frame (MAC control, 0x8808) the switch agent sends into a port it resumes ends here, as
@@ -347,6 +400,7 @@ int port_enqueue(struct __sk_buff *skb)
 	}
 	skb->cb[0] = TAG | q;
 	skb->cb[1] = k >= 0 ? TAG | k : 0;
+	corrupt_maybe(skb, *slot, word, l3);
 	return TC_ACT_OK;
 
 untracked:
