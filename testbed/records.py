@@ -123,17 +123,21 @@ TELEMETRY = np.dtype([("t_ns", "<i8"), ("queue", "<u4"), ("depth_bytes", "<u4"),
                       ("mark_pkts", "<u8")])
 
 # What happened to each queue pair (raw/qp_events.bin), one row per event: the transport's
-# recoveries, congestion notifications and every DCQCN rate change. value: the PSN of a NAK, the
-# packets a go-back resends; rates are the sender's after the event (0 where it does not apply).
+# recoveries, congestion notifications, every DCQCN rate change and every frame dropped for its
+# ICRC. value: the PSN of a NAK, the packets a go-back resends; rates are the sender's after the
+# event (0 where it does not apply).
 QP_EVENT = struct.Struct("<qIB3xQddd")
 QP_EVENT_DTYPE = np.dtype([("t_ns", "<i8"), ("flow", "<u4"), ("kind", "u1"), ("_pad", "V3"), ("value", "<u8"),
                            ("rate_bps", "<f8"), ("target_bps", "<f8"), ("alpha", "<f8")])
 assert QP_EVENT.size == QP_EVENT_DTYPE.itemsize
 NAK_SENT, NAK_RECEIVED, GO_BACK_NAK, GO_BACK_TIMEOUT, CNP_SENT, CNP_RECEIVED = 0, 1, 2, 3, 4, 5
 # 6-9: testbed.traffic.transport's RATE_CUT, RATE_FAST_RECOVERY, RATE_ADDITIVE, RATE_HYPER
+# 10: a data frame the receiver dropped for its ICRC; value: its message << 32 | its sequence
+ICRC_DROPPED = 10
 QP_EVENT_NAMES = {NAK_SENT: "nak_sent", NAK_RECEIVED: "nak_received", GO_BACK_NAK: "go_back_nak",
                   GO_BACK_TIMEOUT: "go_back_timeout", CNP_SENT: "cnp_sent", CNP_RECEIVED: "cnp_received",
-                  6: "rate_cut", 7: "rate_fast_recovery", 8: "rate_additive_increase", 9: "rate_hyper_increase"}
+                  6: "rate_cut", 7: "rate_fast_recovery", 8: "rate_additive_increase", 9: "rate_hyper_increase",
+                  ICRC_DROPPED: "icrc_dropped"}
 
 # When a host NIC's link idled although it had frames to send (raw/nic_gaps.bin): kind 0, the
 # class's lead ran dry (flow -1); kind 1, a queue pair held back by its DCQCN rate was sent later

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 from testbed.analysis.tables import FAULT_WINDOW_NS, RunInputs, Tables, in_flight_before_ns
@@ -32,6 +33,7 @@ class LossAccount:
     lost_on_failed_links: int
     icrc_drops: int                # data frames the receivers dropped for a bad ICRC (a corrupt fault's bit errors)
     corrupted_frames: int          # frames the corrupt faults hit, as the switch ports counted them
+    lost_to_bit_errors: int        # lost transmissions a receiver's ICRC drop names, frame by frame
     unaccounted: int
     problems: tuple[str, ...]      # what makes the run a failed one
 
@@ -54,7 +56,28 @@ def fault_mask(pkts: pd.DataFrame, faults: list[dict]) -> pd.Series:
     return in_fault
 
 
-def account(inp: RunInputs, t: Tables, faults: list[dict], port_buffer_drops: int) -> LossAccount:
+def bit_error_losses(pkts: pd.DataFrame, events: pd.DataFrame | None) -> int:
+    """Lost transmissions that a receiver's ICRC drop names (qp event icrc_dropped: its queue pair,
+    message and sequence): each drop names the latest transmission of that frame sent before it and
+    never received, and each transmission is named once."""
+    if events is None or events.empty or "event" not in events:
+        return 0
+    ev = events[events["event"] == "icrc_dropped"]
+    if ev.empty:
+        return 0
+    value = ev["value"].to_numpy(dtype="uint64")
+    drops = pd.DataFrame({"flow": ev["flow"].to_numpy(dtype="int64"), "msg": (value >> np.uint64(32)).astype("int64"),
+                          "seq": (value & np.uint64(0xFFFFFFFF)).astype("int64"), "at_ns": ev["t_ns"].to_numpy()})
+    lost = pkts.loc[pkts["rx_ns"].isna(), ["flow", "msg", "seq", "tx_ns"]].astype(
+        {"flow": "int64", "msg": "int64", "seq": "int64"})
+    m = drops.merge(lost, on=["flow", "msg", "seq"])
+    m = m[m["tx_ns"] <= m["at_ns"]].sort_values("tx_ns", kind="stable")
+    named = m.groupby(["flow", "msg", "seq", "at_ns"]).tail(1)
+    return int(len(named.drop_duplicates(["flow", "msg", "seq", "tx_ns"])))
+
+
+def account(inp: RunInputs, t: Tables, faults: list[dict], port_buffer_drops: int,
+            qp_events: pd.DataFrame | None = None) -> LossAccount:
     pkts, engine, switches = t.packets, inp.engine, inp.switches
     queues = inp.queues_end
     sent = len(pkts)
@@ -73,6 +96,7 @@ def account(inp: RunInputs, t: Tables, faults: list[dict], port_buffer_drops: in
     # the fault dropped it first; none arrives corrupt otherwise
     icrc_drops = int(sum(h.get("icrc_errors", 0) for h in engine["hosts"]))
     corrupted = int(sum(inp.corrupted.values()))
+    named = bit_error_losses(pkts, qp_events)
     in_fault = fault_mask(pkts, faults)
     lost_to_faults = int((in_fault & pkts["rx_ns"].isna()).sum())
     resent_in_flight = resent_in_flight_at_end(pkts, engine["end_ns"], in_fault)
@@ -101,6 +125,9 @@ def account(inp: RunInputs, t: Tables, faults: list[dict], port_buffer_drops: in
     if icrc_drops > corrupted:
         problems.append(f"receivers dropped {icrc_drops} frames for a bad ICRC, and the corrupt faults hit "
                         f"{corrupted}: frames arrived damaged that no fault damaged")
+    if named < icrc_drops and engine["reason"] in ("complete", "stalled"):
+        problems.append(f"receivers dropped {icrc_drops} frames for a bad ICRC, and {named} of them name a lost "
+                        f"transmission")
     # data packets the emulator's own plumbing lost, not a switch queue the policy runs: a real
     # fabric would not have lost them (what each place dropped may include ACKs and other frames)
     plumbing = ovs_dropped + inp.ovs_socket_drops + link_drops
@@ -110,7 +137,7 @@ def account(inp: RunInputs, t: Tables, faults: list[dict], port_buffer_drops: in
         port_buffer_drops=port_buffer_drops, qdisc_drops=qdisc_drops, queued_at_end=queued_at_end,
         receiver_socket_drops=socket_drops, dropped_inside_ovs=ovs_dropped, ovs_rx_socket_drops=inp.ovs_socket_drops,
         veth_drops=link_drops, lost_inside_emulator=min(beyond_queues, plumbing + socket_drops),
-        lost_on_failed_links=lost_to_faults, icrc_drops=icrc_drops, corrupted_frames=corrupted,
+        lost_on_failed_links=lost_to_faults, icrc_drops=icrc_drops, corrupted_frames=corrupted, lost_to_bit_errors=named,
         unaccounted=max(0, unexplained), problems=tuple(problems))
 
 
@@ -129,7 +156,8 @@ def packets_section(acc: LossAccount, inp: RunInputs, t: Tables) -> dict:
             "acks": int(sum(h["acks_tx"] for h in engine["hosts"])),
             **{k: c[k] for k in ("port_buffer_drops", "qdisc_drops", "queued_at_end", "receiver_socket_drops",
                                  "dropped_inside_ovs", "ovs_rx_socket_drops", "veth_drops", "lost_inside_emulator",
-                                 "lost_on_failed_links", "icrc_drops", "corrupted_frames", "unaccounted")},
+                                 "lost_on_failed_links", "icrc_drops", "corrupted_frames", "lost_to_bit_errors",
+                                 "unaccounted")},
             "ovs_drop_counters": inp.manifest.get("ovs_drops_during_traffic", {}),
             "stray": int(sum(h["stray"] for h in engine["hosts"])),
             "ecn_ce_marked": int((pkts["ecn"] == 3).sum()),

@@ -41,7 +41,7 @@ from testbed.analysis.tables import NO_SINGLE_S, SCALED, RunInputs, Tables, pct,
 from testbed.analysis.training import training_section
 from testbed.fabric.qos import switch_burst_bytes
 from testbed.traffic.ddp import bucket_sizes
-from testbed.analysis.transport import time_dilation, transport_summary
+from testbed.analysis.transport import qp_event_table, time_dilation, transport_summary
 from testbed.paths import PROJECT_ROOT
 from testbed.regress.baselines import check_expectations
 from testbed.runfolder import RunFolder, read_jsonl
@@ -52,7 +52,7 @@ from testbed.traffic.workload import path_links, pipeline_job
 from topologies.model import Fabric
 
 SUMMARY_VERSION = 5   # 2: training (the synchronisation share); 3: jobs; 4: dilation, status inconclusive;
-#                       5: bit errors (packets.icrc_drops, packets.corrupted_frames)
+#                       5: bit errors (packets.icrc_drops, corrupted_frames, lost_to_bit_errors)
 SCHEMA_PATH = PROJECT_ROOT / "docs" / "summary.schema.json"
 Status = Literal["ok", "failed", "deadlock", "regressed", "inconclusive"]
 Verdict = Literal["kept_up", "could_not_keep_up", "not_judged"]
@@ -88,6 +88,8 @@ class Packets:
     icrc_drops: int = doc("data frames receivers dropped for a bad ICRC: bit errors of a corrupt fault")
     corrupted_frames: int = doc("frames the corrupt faults hit, as the switch ports counted them (a hit frame "
                                 "a later queue dropped is that queue's loss)")
+    lost_to_bit_errors: int = doc("lost data packets a receiver's ICRC drop names, frame by frame (queue pair, "
+                                  "message, sequence)")
     unaccounted: int = doc("lost packets no counter explains: a run with any failed")
     ovs_drop_counters: dict = doc("Open vSwitch's own drop counters over the traffic")
     stray: int = doc("frames a host received that no queue pair expected")
@@ -206,7 +208,7 @@ def analyze(run_dir: Path | str) -> dict:
     sc, engine = inp.scenario, inp.engine
     faults = tables.fault_table(rf, t.packets)
     qos = qos_summary(rf, t.telemetry, t.pfc_events)
-    acc = losses.account(inp, t, faults, qos["queues"]["buffer_drops"] if qos else 0)
+    acc = losses.account(inp, t, faults, qos["queues"]["buffer_drops"] if qos else 0, qp_event_table(rf))
     packets = losses.packets_section(acc, inp, t)
     frame = tables.frame_bytes(t.packets, sc)
     host_fid = host_fidelity(rf, t.packets, inp.plan, engine["start_ns"],

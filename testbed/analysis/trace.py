@@ -31,7 +31,8 @@ from testbed.runfolder import RunFolder, read_jsonl
 
 TRACE_NAME = "trace.json"
 # the transport's events worth a mark on a queue pair's track (rate changes are its counter)
-QP_INSTANTS = ("nak_sent", "nak_received", "go_back_nak", "go_back_timeout", "cnp_sent", "cnp_received")
+QP_INSTANTS = ("nak_sent", "nak_received", "go_back_nak", "go_back_timeout", "cnp_sent", "cnp_received",
+               "icrc_dropped")
 
 
 @dataclass

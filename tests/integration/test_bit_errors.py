@@ -22,6 +22,8 @@ def test_every_frame_lost_to_bit_errors_is_one_the_fault_damaged_and_the_ring_co
     assert s["status"] == "ok", s["problems"]
     assert s["collective"]["iterations_complete"] == s["collective"]["iterations"]
     assert p["lost"] == p["icrc_drops"] > 0 and p["unaccounted"] == 0
+    # frame by frame: each lost transmission is one a receiver's ICRC drop names
+    assert p["lost_to_bit_errors"] == p["lost"]
     # a damaged frame a later queue dropped would be that queue's; this lossless ring drops none
     assert p["icrc_drops"] == p["corrupted_frames"] and p["port_buffer_drops"] == 0
     assert p["retransmitted"] >= p["icrc_drops"] and p["naks"] > 0

@@ -55,12 +55,34 @@ def test_a_failure_owns_what_was_on_its_way_when_it_came_and_nothing_older():
     assert mask.tolist() == [False, False, True, False]
 
 
+def _icrc_events(seqs):
+    """The receivers' ICRC drops of message 0's frames seqs, each 0.5 ms after the frame was sent."""
+    return pd.DataFrame([{"t_ns": q * MS + MS // 2, "flow": 0, "value": (0 << 32) | q, "event": "icrc_dropped"}
+                         for q in seqs])
+
+
+def test_each_icrc_drop_names_the_latest_lost_transmission_of_its_frame_once():
+    from testbed.analysis.losses import bit_error_losses
+    # message 3's frame 5 sent three times, lost twice; message 3's frame 6 lost once
+    pkts = packets([(3, 5, False, 1 * MS, None), (3, 5, True, 4 * MS, None), (3, 5, True, 9 * MS, 10 * MS),
+                    (3, 6, False, 2 * MS, None)]).assign(flow=1)
+    ev = pd.DataFrame([{"t_ns": 5 * MS, "flow": 1, "value": (3 << 32) | 5, "event": "icrc_dropped"},
+                       {"t_ns": 2 * MS, "flow": 1, "value": (3 << 32) | 5, "event": "icrc_dropped"},
+                       {"t_ns": 3 * MS, "flow": 1, "value": (3 << 32) | 6, "event": "icrc_dropped"},
+                       {"t_ns": 3 * MS, "flow": 2, "value": (3 << 32) | 6, "event": "icrc_dropped"},   # another qp
+                       {"t_ns": 3 * MS, "flow": 1, "value": 0, "event": "cnp_sent"}])
+    assert bit_error_losses(pkts, ev) == 3
+    # two drops of the same frame before its first resend name one transmission
+    assert bit_error_losses(pkts, pd.concat([ev.iloc[[1]], ev.iloc[[1]]])) == 1
+    assert bit_error_losses(pkts, None) == 0 and bit_error_losses(pkts, ev.iloc[[4]]) == 0
+
+
 def _inputs(tmp_path, icrc_errors, corrupted):
     """A run of 10 data packets of which the last 3 never arrived, and the receivers' ICRC drops and
     the switch ports' bit-error counts given; nothing else dropped anything."""
     from testbed.analysis.tables import RunInputs, Tables
     from testbed.runfolder import RunFolder
-    pkts = packets([(0, i, False, i * MS, (i * MS + MS) if i < 7 else None) for i in range(10)])
+    pkts = packets([(0, i, False, i * MS, (i * MS + MS) if i < 7 else None) for i in range(10)]).assign(flow=0)
     engine = {"hosts": [{"socket_drops": 0, "icrc_errors": icrc_errors}], "reason": "complete", "messages": 1,
               "messages_completed": 1, "end_ns": 100 * MS, "transport": {"reliability": "go_back_n"}}
     inp = RunInputs(folder=RunFolder(tmp_path), manifest={}, scenario={}, engine=engine, plan={},
@@ -73,9 +95,13 @@ def _inputs(tmp_path, icrc_errors, corrupted):
 
 def test_frames_a_corrupt_fault_damaged_are_lost_to_the_receivers_icrc_check(tmp_path):
     from testbed.analysis.losses import account
-    acc = account(*_inputs(tmp_path, icrc_errors=3, corrupted={"s0-eth1": 2, "s0-eth2": 1}), [], 0)
+    inp, t = _inputs(tmp_path, icrc_errors=3, corrupted={"s0-eth1": 2, "s0-eth2": 1})
+    acc = account(inp, t, [], 0, _icrc_events([7, 8, 9]))
     assert (acc.lost, acc.icrc_drops, acc.corrupted_frames, acc.unaccounted) == (3, 3, 3, 0)
-    assert acc.lost_inside_emulator == 0 and acc.problems == ()
+    assert acc.lost_to_bit_errors == 3 and acc.lost_inside_emulator == 0 and acc.problems == ()
+    # a drop naming a frame that arrived names no loss: the account says so
+    acc = account(inp, t, [], 0, _icrc_events([6, 8, 9]))
+    assert acc.lost_to_bit_errors == 2 and any("2 of them name a lost transmission" in p for p in acc.problems)
 
 
 def test_icrc_drops_no_fault_explains_are_a_problem_and_losses_without_them_unaccounted(tmp_path):

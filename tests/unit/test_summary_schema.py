@@ -15,8 +15,8 @@ from testbed.reference import summary_schema_text
 DATA = Path(__file__).with_name("data")
 # real runs' summaries (2026-12-05, commit 1f97665): two jobs of two tenants, with their isolation
 # probes and PFC; a 3D torus with a link that fails and returns; both carried to summary_version 5 by
-# its two counters of bit errors, packets.icrc_drops and packets.corrupted_frames, 0 in both (neither
-# scenario checks ICRCs or has a corrupt fault)
+# its counters of bit errors, packets.icrc_drops, corrupted_frames and lost_to_bit_errors, 0 in both
+# (neither scenario checks ICRCs or has a corrupt fault)
 REAL = ("summary-two-jobs-fattree.json", "summary-linkfail-torus3d.json")
 
 

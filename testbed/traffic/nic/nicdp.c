@@ -521,6 +521,9 @@ typedef struct { int64_t start_ns, end_ns; int32_t host, flow; uint8_t cls, kind
 #pragma pack(pop)
 
 enum { NAK_SENT, NAK_RECEIVED, GO_BACK_NAK, GO_BACK_TIMEOUT, CNP_SENT, CNP_RECEIVED };
+/* a data frame the receiver dropped for its ICRC (value: message << 32 | sequence): whose frame a
+ * corrupt fault's bit errors cost, so the loss account can name each one */
+enum { ICRC_DROPPED = 10 };
 enum { GAP_LEAD_DRY = 0, GAP_QP_BEHIND = 1 };
 
 /* A frame handed to a NIC class, until its TX timestamp says it left. */
@@ -1160,6 +1163,7 @@ static void on_data(engine *E, host_t *h, int hi, unsigned char *b, int n, int64
     }
     if (P->verify_icrc && !checked && !icrc_ok(b, n)) {
         E->R->host_stats[hi * HS_N + HS_ICRC]++;   /* a RoCE NIC drops it silently; go-back-N recovers */
+        qp_event(E, rx, (int)flow, ICRC_DROPPED, (uint64_t)msg << 32 | seq);
         return;
     }
     E->R->host_stats[hi * HS_N + HS_RX]++;
@@ -1379,9 +1383,11 @@ static int receive(engine *E, host_t *h, int hi, int64_t now) {
                  * found due already (a pass came late) still goes into the line behind the frames
                  * that reached the NIC first: released below, in due order, so a late pass does
                  * not reorder a queue pair and set off go-back-N */
-                if (data && E->P->verify_icrc && len >= HDR_LEN + ICRC_LEN && !icrc_ok(b, len))
+                if (data && E->P->verify_icrc && len >= HDR_LEN + ICRC_LEN && !icrc_ok(b, len)) {
                     E->R->host_stats[hi * HS_N + HS_ICRC]++;
-                else
+                    qp_event(E, rx, flow, ICRC_DROPPED,
+                             (uint64_t)get32(b + PAYLOAD_OFF + 8) << 32 | get32(b + PAYLOAD_OFF + 12));
+                } else
                     dl_push(E, hi, b, len, rx + delay, flow);
             } else {
                 E->link_ns = 0;
