@@ -44,12 +44,17 @@ def test_a_spread_recorded_in_its_ledger_outlives_the_run_folders_and_a_dirty_ru
         return subprocess.run([sys.executable, "-m", "testbed", "spread", "incast-ecn", *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=120, env=env)
     runs = tmp_path / "runs"
+    # too few yet: recorded, and said so, which is what was asked
+    (runs / "r00").mkdir(parents=True)
+    (runs / "r00" / "summary.json").write_text(json.dumps(_summary("r00", 1.0)))
+    out = spread(str(runs), "--record")
+    assert out.returncode == 0 and "1 of the 20 faithful runs a spread needs: no tables yet" in out.stdout, out.stdout
     for i in range(20):
-        (runs / f"r{i:02}").mkdir(parents=True)
+        (runs / f"r{i:02}").mkdir(parents=True, exist_ok=True)
         (runs / f"r{i:02}" / "summary.json").write_text(json.dumps(_summary(f"r{i:02}", 1.0 + i / 100)))
     out = spread(str(runs), "--record")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "20 run(s) added" in out.stdout and 'metric = "collective.mean_time_s"' in out.stdout
+    assert "19 run(s) added to" in out.stdout and "(1 already there)" in out.stdout and 'metric = "collective.mean_time_s"' in out.stdout
     tables = out.stdout[out.stdout.index("[[tolerance]]"):]
     # the folders gone: the ledger alone gives the same tables
     empty = tmp_path / "empty"
