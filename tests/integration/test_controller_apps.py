@@ -8,12 +8,13 @@ import subprocess
 import pytest
 
 from helpers import ROOT, cli_argv, env_with_results, run_dirs, summary_of
+from testbed.run.calibrate import run_again, slower_after
 
 pytestmark = pytest.mark.root
 
 
-def cli(tmp_path, *args):
-    env = {**env_with_results(tmp_path / "results"), "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
+def cli(tmp_path, *args, results: str = "results"):
+    env = {**env_with_results(tmp_path / results), "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
     return subprocess.run(cli_argv(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -22,10 +23,22 @@ def test_the_tutorial_app_runs_is_baselined_and_its_regression_is_caught(tmp_pat
     policies = tmp_path / "policies"
     shutil.copytree(ROOT / "examples" / "ecn-tuner", policies)
     scenario = str(policies / "ecn-tuner.toml")
-    # 2-3. run it: the app set every switch port's thresholds before traffic, and the run waited for it
-    out = cli(tmp_path, "run", scenario)
-    assert out.returncode in (0, 4), out.stdout[-6000:] + out.stderr[-3000:]
-    (run_dir,) = run_dirs(tmp_path / "results")
+    # 2-3. run it: the app set every switch port's thresholds before traffic, and the run waited for it.
+    # A run the machine could not keep up with is run again by make regress's rule
+    # (testbed.run.calibrate.run_again; a CI run on 2026-12-06 had one slow window of 74 on the
+    # bottleneck, 98.6% where 99% is needed); a last one that could not fails below
+    runs, slower, auto_d = 0, [], None
+    while True:
+        out = cli(tmp_path, "run", scenario, *slower, results=f"results{runs}")
+        assert out.returncode in (0, 4), out.stdout[-6000:] + out.stderr[-3000:]
+        (run_dir,) = run_dirs(tmp_path / f"results{runs}")
+        runs += 1
+        last = summary_of(run_dir)
+        auto_d = auto_d or last["dilation"]["factor"]
+        if out.returncode == 0 or not run_again(runs, last):
+            break
+        # at a multiple of auto's D, as regress runs it again (testbed.run.calibrate.slower_after)
+        slower = ["--set", f"run.dilation={auto_d * slower_after(runs):g}"]
     events = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
     (loaded,) = [e for e in events if e["event"] == "plugin_apps"]
     assert loaded["apps"] == [{"app": "EcnTuner", "file": str(policies / "ecn_tuner.py")}]

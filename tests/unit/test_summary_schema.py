@@ -70,3 +70,17 @@ def test_one_status_by_precedence():
     assert status_of(["lost"], None, 0, [{"ok": False}]) == "failed"
     assert status_of(["lost"], {"cycle": []}, 0, []) == "deadlock"
     assert status_of([], {"cycle": []}, 2, []) == "failed"
+
+
+def test_every_kind_of_fault_record_passes():
+    # what testbed.run.faults writes for each action, with what testbed.analysis.tables.fault_table
+    # adds: a corrupt fault's rate and ports too (a CI run found them missing from the schema)
+    reaction = {"reroute_ms": None, "lost_packets_around": 0, "traffic_affected_ms": None, "traffic_recovered_ms": None}
+    doc = a_summary().to_json()
+    doc["faults"] = [
+        {"t_ns": 1, "at_s": 0.0, "action": "link_down", "link": "s0-s1", "links": ["s0-s1"], **reaction},
+        {"t_ns": 2, "at_s": 0.1, "action": "switch_up", "switch": "s0", "links": ["s0-s1"], **reaction},
+        {"t_ns": 3, "at_s": 0.2, "action": "controller_kill", **reaction},
+        {"t_ns": 4, "at_s": 0.0, "action": "corrupt", "link": "*", "frame_error_rate": 1e-4,
+         "ports": ["s0-eth1", "s0-eth2"], **reaction}]
+    jsonschema.validate(doc, json_schema())
