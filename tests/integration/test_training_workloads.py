@@ -191,6 +191,8 @@ def test_removing_tenant_isolation_is_caught_and_a_job_not_run_alone_is_not_judg
     # without the runs alone, no job has a slowdown to judge
     out = run_testbed(tmp_path, "run", "two-jobs-fattree", "--set", "run.measure_alone=false",
                       "--set", "controller.tenant_isolation=false")
+    # a run that never made its folder says why (CI 2026-12-06: none made, output unseen)
+    assert run_dirs(tmp_path), f"exit {out.returncode}:\n{out.stdout[-4000:]}{out.stderr[-2000:]}"
     s = summary_of(run_dirs(tmp_path)[-1])
     iso = s["isolation"]
     assert iso["same_tenant_sent"] == iso["same_tenant_delivered"] == 16 and iso["cross_tenant_sent"] == 16
