@@ -231,7 +231,7 @@ class TransportSpec:
     nic_lead_us: float = spec(40000.0, "frames the data plane keeps queued in each host NIC class, as time at "
                               "the link rate, us of wall clock: the kernel's shaper serialises them at line rate "
                               "while the data plane is off the CPU (1-4 ms on a quiet VM, 15-55 ms on one losing "
-                              "10-36% of its CPU to steal); never less than two frames at the link rate, within "
+                              "10-36% of its CPU to steal); never less than four frames at the link rate, within "
                               "the class buffer, and with DCQCN within a quarter of its rate-increase period",
                               "float", 0.0, 1e6)
     engine_batch_us: float = spec(200.0, "the data plane serves its sockets at most once per this interval, us: "

@@ -309,16 +309,17 @@ def message_latency_s(fabric_spec, fabric: Fabric):
 
 # The data plane tops a class up only once a departure stamp says a frame has left, and the stamp
 # comes when the shaper lets the frame's last byte go: a lead of one frame or less leaves the wire
-# idle for a wake-up each frame. Two frames keep one waiting behind the one on the wire. Measured:
-# pipeline-fattree at 4 x its auto D (42 ms frames, 40 ms lead) ran 1.0% longer in hardware time
-# than at D (1443.5 us); with a 160 ms lead 1428.2 us, and with this floor (84 ms) 1430.4 us,
-# against 1428.8-1430.0 over 20 runs at D.
-LEAD_MIN_FRAMES = 2
+# idle for a wake-up each frame. Measured on pipeline-fattree at 4 x its auto D: a 40 ms lead (under
+# one 42 ms frame) ran 1.0% longer in hardware time than at D (1443.5 us), a 160 ms lead 1428.2 us.
+# Two frames were not enough either: at 4 x D = 16000 (21 ms frames) 1431.1-1434.9 us over three
+# runs, 0.07-0.3% over D's, where four frames (85 ms) gave 1428.4 us, on what the emulator's own
+# share shrinking with D predicts (1428.2 us).
+LEAD_MIN_FRAMES = 4
 
 
 def nic_lead_ns(sc: Scenario) -> int:
     """The lead each host NIC class keeps queued: transport.nic_lead_us of wall clock, but never
-    less than LEAD_MIN_FRAMES frames at the link rate (at a large dilation one frame outlasts it),
+    less than LEAD_MIN_FRAMES frames at the link rate (at a large dilation a frame or two outlast it),
     never more than its smallest class buffer less two frames (a deeper lead would be refused by
     the NIC's queue), and with DCQCN never more than a quarter of its (dilated) rate-increase
     period: a rate change reaches the wire only behind the lead, which a real NIC's per-QP limiter
