@@ -23,6 +23,10 @@ met it.
     shipped    every shipped scenario at its defaults, --rounds rounds over them in turn (a bad
                minute spoils one run of each, not several of one): per scenario the runs that kept
                up (issue 25's target: 9 of 10), the D auto chose and the wall time
+    api        allreduce-torus with the northbound API off, on and unused, and on with clients (a
+               10 Hz stream, a scrape a second, `testbed status`, one policy change), --api-runs
+               rounds of the three in turn: the API's CPU, the verdicts, and the time from a change
+               asked to the switch agent's applying it (docs/api.md)
     flagship   allreduce-torus at its defaults, --runs times in a row on a quiet machine and
                --background-runs times beside a process that keeps 25% of one core busy (issue 25's
                targets: 19 of 20, and 9 of 10 beside the load): the valid share, and
@@ -43,7 +47,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench import agent_speed, dilation, scenarios
+from bench import agent_speed, api_cost, dilation, scenarios
 from testbed.errors import Busy, InputError, RunFailed
 from testbed.run import probe
 from testbed.run.state import RunLock
@@ -52,7 +56,7 @@ from testbed.traffic.packets import HEADER_BYTES
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 BENCHES = ("capacity", "permutation", "collective", "agent", "bringup", "telemetry", "flagship", "dilation",
-           "shipped")
+           "shipped", "api")
 # A user's VM is never idle: the flagship is also measured beside this much load on one core.
 BACKGROUND_CORE_SHARE = 0.25
 TRAFFIC_S = 1.0   # seconds of traffic at line rate per capacity run
@@ -386,6 +390,7 @@ def main(argv=None) -> int:
     p.add_argument("--background-runs", type=int, default=10, help="flagship: consecutive runs beside 25%% of a core of load")
     p.add_argument("--rounds", type=int, default=10, help="shipped: rounds over every shipped scenario")
     p.add_argument("--permutation-runs", type=int, default=3, help="permutation: runs of the k=8 fat-tree")
+    p.add_argument("--api-runs", type=int, default=3, help="api: rounds of off, on, on with clients")
     p.add_argument("--sweep-runs", type=int, default=4, help="dilation: runs per scenario at D (half as many at 2D and 4D)")
     args = p.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
@@ -428,6 +433,8 @@ def main(argv=None) -> int:
             res["dilation"] = dilation.sweep(1 if args.quick else args.sweep_runs, log)
         if "shipped" in only:
             res["shipped"] = shipped(1 if args.quick else args.rounds)
+        if "api" in only:
+            res["api"] = api_cost.bench(1 if args.quick else args.api_runs, log)
     except (InputError, RunFailed, Busy) as e:
         console.print(f"[bold red]bench failed[/]: {e}")
         res["error"] = str(e)

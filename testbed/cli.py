@@ -597,6 +597,11 @@ def cmd_reference(args) -> int:
     return reference(["--write"] if args.write else [])
 
 
+def cmd_status(args) -> int:
+    from testbed.northbound.status import watch
+    return watch(args.port, args.top, args.once, console)
+
+
 def cmd_clean(_args) -> int:
     from testbed.run.state import RunLock, clean_stale
     with RunLock("clean", "testbed clean"):
@@ -667,6 +672,12 @@ def main(argv=None) -> int:
                                          "declarations")
     p.add_argument("--write", action="store_true", help="write the file instead of printing it")
     p.set_defaults(func=cmd_reference)
+    p = sub.add_parser("status", help="a live table of the running emulation's busiest ports, from its "
+                                      "northbound API (docs/api.md)")
+    p.add_argument("--port", type=int, default=8650, help="the run's run.api_port (default 8650)")
+    p.add_argument("--top", type=int, default=20, help="ports shown, worst first")
+    p.add_argument("--once", action="store_true", help="print one table and exit")
+    p.set_defaults(func=cmd_status)
     sub.add_parser("clean", help="remove what killed runs left behind").set_defaults(func=cmd_clean)
     args = ap.parse_args(argv)
     try:

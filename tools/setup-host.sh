@@ -4,9 +4,10 @@
 set -euo pipefail
 
 # clang and libbpf-dev build the port BPF program; libbpf1 loads it; tshark decodes captures (tests);
-# gcc and zlib1g-dev build the NIC data plane (its ICRC is zlib's CRC-32).
+# gcc and zlib1g-dev build the NIC data plane (its ICRC is zlib's CRC-32); chromium loads the
+# northbound API's live view headless (its test).
 DEB_PACKAGES=(mininet openvswitch-switch ethtool iproute2 tcpdump tshark python3-venv python3-pip procps
-             clang libbpf-dev libbpf1 gcc zlib1g-dev)
+             clang libbpf-dev libbpf1 gcc zlib1g-dev chromium)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

@@ -132,6 +132,8 @@ class Agent:
         self.leaks = IngressLeaks(self.plan_row, self.queues, self.switch_rows, self._log)
         self.reaction_ns: list[int] = []
         self.pauses = self.resumes = self.watchdog_fired = 0
+        # per leaf: pauses so far and the time they held it (ended pauses), for the live counters
+        self.leaf_pauses: dict[int, list[int]] = {}
         self.deadlock: dict | None = None
         self.behind: dict | None = None   # a calibration rung's settled verdict (give_up_after_s)
         self.stop_requested = False
@@ -239,6 +241,7 @@ class Agent:
         t = time.monotonic_ns()
         self.paused_since[leaf] = t
         self.pauses += 1
+        self.leaf_pauses.setdefault(leaf, [0, 0])[0] += 1
         reaction = t - cross_ns if cross_ns else None
         if reaction is not None:
             self.reaction_ns.append(reaction)
@@ -260,6 +263,7 @@ class Agent:
         t = time.monotonic_ns()
         since = self.paused_since.pop(leaf)
         self.resumes += 1
+        self.leaf_pauses[leaf][1] += t - since
         self._log({"t_ns": t, "event": "resume", "node": l.node, "port": l.ifname, "class": l.cls,
                    "cause": self.queues[self.plan_row[row]].ifname, "paused_ns": t - since, "reason": reason})
 
@@ -326,7 +330,9 @@ class Agent:
             deepest=[[self.queues[self.plan_row[r]].ifname, int(self.queues[self.plan_row[r]].cls),
                       int(depth[r])] for r in top if depth[r] and self.plan_row[r] >= 0],
             marked=int(q["mark_pkts"].sum()), dropped=int(q["drop_pkts"].sum()),
-            paused_ports=len(self.pfc.causes), pauses=self.pauses, paused=paused))
+            paused_ports=len(self.pfc.causes), pauses=self.pauses, paused=paused,
+            pause_counts=[[self.leaves[leaf].ifname, self.leaves[leaf].cls, n, ended_ns]
+                          for leaf, (n, ended_ns) in self.leaf_pauses.items()]))
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from testbed.fabric.qos import IngressProfile, PortPolicy, QueueProfile
 from testbed.jsonrecord import ClassKeyed
 
-LINK_VERSION = 2   # 2: the classes' weights (policy and update), the paused leaves (telemetry)
+LINK_VERSION = 3   # 2: the classes' weights (policy and update), the paused leaves (telemetry); 3: pause counts
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,8 @@ class TelemetrySummary(_Report):
     pauses: int               # so far
     # every leaf paused now: [port, class, paused for ns, the queue keys holding it paused]
     paused: list = dataclasses.field(default_factory=list)
+    # every leaf paused at least once: [port, class, pauses so far, ns paused by the pauses that ended]
+    pause_counts: list = dataclasses.field(default_factory=list)
     TYPE = "telemetry"
 
 

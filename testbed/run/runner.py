@@ -27,7 +27,7 @@ from testbed.fabric.tenants import mechanism as tenant_mechanism
 from testbed.fabric.tenants import tenants
 from testbed.paths import PROJECT_ROOT
 from testbed.records import HeartbeatWatch
-from testbed.run import probe
+from testbed.run import northbound, probe
 from testbed.run.capture import HostCaptures
 from testbed.run.controller import Controller
 from testbed.run.cpu import CpuMeter
@@ -68,6 +68,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
     run_id = f"{sc.name}-{stamp}"
     if sc.controller.remote and not remote_listening(*parse_endpoint(sc.controller.remote)):
         raise SetupError(f"no controller listens at {sc.controller.remote} (controller.remote): start yours first")
+    api_port = northbound.port_for(sc)
     with RunLock(run_id, f"scenario {sc.name}"):
         too_small = probe.socket_buffers_too_small()
         if too_small:
@@ -97,7 +98,7 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
               "group": m.group, "instance": m.instance, "job": m.job, "comm": m.comm}
              for m in messages]))
         try:
-            _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress)
+            _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress, api_port)
         except BaseException as e:  # the run folder says why it ended, whatever ended it
             manifest["error"] = f"{type(e).__name__}: {e}"
             raise
@@ -189,7 +190,7 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
     }
 
 
-def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress) -> None:
+def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, progress, api_port) -> None:
     rf = RunFolder(run_dir)
     timings = manifest["timings_s"]
     t0 = time.monotonic()
@@ -200,8 +201,12 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
     # with controller.remote the testbed's controller keeps only the QoS app, which no switch connects to
     apps = [a for a in (sc.controller.app, sc.controller.qos_app) if a != "none"
             and not (sc.controller.remote and a == sc.controller.app)]
+    params = {"agent_socket": agent_socket}
+    if api_port:
+        apps.append("northbound")
+        params.update(api_socket=f"{agent_socket}/api", api_routes="remote" if sc.controller.remote else "own")
     ctl = Controller(apps=apps,
-                     app_files=list(sc.controller.apps), params={"agent_socket": agent_socket},
+                     app_files=list(sc.controller.apps), params=params,
                      fabric_json=rf.fabric, scenario_json=rf.scenario, events_path=rf.controller_events,
                      log_path=rf.controller_log)
     ctl.on_start = record.add_process
@@ -251,6 +256,11 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                     if not agent.alive():
                         raise RunFailed(f"the switch agent failed to start; log:\n{agent.log_tail()}")
                     with contextlib.ExitStack() as stack:
+                        if api_port:
+                            api = stack.enter_context(northbound.ApiProcess(
+                                rf, api_port, params["api_socket"], agent_plan.map_fds, record))
+                            manifest["api"] = {"port": api_port, "pid": api.pid}
+                            log(f"northbound API on http://127.0.0.1:{api_port}/ (token {api.token}; docs/api.md)")
                         if sc.run.capture:
                             used = {h.name: (h.pid, h.ifname) for h in plan.hosts}
                             caps = stack.enter_context(HostCaptures(used, rf.pcap,
@@ -296,7 +306,8 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
     engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.traffic.engine", str(rf.engine_plan)],
                             rf.engine_log, cwd=str(PROJECT_ROOT))
     engine.on_start = record.add_process
-    cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid})
+    cpu = CpuMeter({"ovs-vswitchd": probe.ovs_vswitchd_pid(), "controller": ctl.pid, "switch agent": agent.pid,
+                    **({"northbound api": manifest["api"]["pid"]} if "api" in manifest else {})})
     log(f"traffic: {sc.workload.type}, {len(plan.messages)} messages over {len(plan.flows)} flows")
     # every port's counters, before the engine sends its first frame and when it is done: what
     # the fabric moved during the traffic phase

@@ -393,6 +393,9 @@ class RunSpec:
     report: bool = spec(True, "analysis: draw the plots and write report.md and report.html", "bool")
     measure_alone: bool = spec(True, "jobs: before the jobs run together, run each alone on the same fabric, so "
                                "that summary.jobs.<name>.slowdown compares the two in the same invocation", "bool")
+    api_port: int = spec(8650, "the northbound API's TCP port on 127.0.0.1 during the traffic (docs/api.md): "
+                         "reads, changes with the token the run prints, a 10 Hz stream, Prometheus's /metrics and "
+                         "the live view; 0 turns it off (a calibration rung never serves it)", "int", 0, 65535)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,232 @@
+"""The northbound API of a running emulation: Starlette on uvicorn, on 127.0.0.1 only, in a
+process of its own beside the controller (docs/api.md has every endpoint with an example).
+
+    python -m testbed.northbound.server RUN_DIR --port P --controller-socket NAME
+
+started by the runner once the switch agent has its policy, with the port program's map file
+descriptors inherited and the run's token in TESTBED_API_TOKEN. Reads need no token; a change needs
+``Authorization: Bearer <token>``. It does nothing while nobody asks: counters are read when a
+request or a stream wants them, so an unused API costs a run no CPU."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from testbed.fabric.agent_plan import AgentPlan
+from testbed.northbound.counters import PortCounters, ReadOnlyMaps, link_label, port_rows
+from testbed.northbound.link import ControllerLink, ControllerUnavailable
+from testbed.northbound.prometheus import RunCollector
+from testbed.records import read_engine_progress
+from testbed.runfolder import RunFolder
+from topologies.model import Fabric
+
+API_VERSION = 1
+LISTEN_HOST = "127.0.0.1"
+STREAM_HZ = 10.0
+STATE_MAX_AGE_S = 0.09   # one controller round trip serves every client within a stream tick
+TOKEN_ENV = "TESTBED_API_TOKEN"
+LIVE_PAGE = Path(__file__).with_name("live.html")
+POLICY_BODY = ("class", "field", "value", "port")
+
+
+class RunApi:
+    """What the endpoints read: the run's folder, its fabric, the counters and the controller."""
+
+    def __init__(self, run_dir: Path, token: str, counters: PortCounters | None, link: ControllerLink | None):
+        self.rf = RunFolder(run_dir)
+        self.fabric = Fabric.from_json(self.rf.fabric.read_text())
+        self.scenario = json.loads(self.rf.scenario.read_text())
+        self.dilation = float(self.scenario.get("dilation", {}).get("factor") or 1.0)
+        self.token, self.counters, self.link = token, counters, link
+        self.started_ns = time.monotonic_ns()
+        self._state, self._state_ns = None, 0
+        self.ofports = {f"{s}-eth{p}": (s, p) for s, ports in self.fabric.ports.items() for p in ports}
+
+    async def state(self) -> dict:
+        """The controller's routes, policy and the agent's latest telemetry (cached a stream tick)."""
+        now = time.monotonic_ns()
+        if self._state is None or now - self._state_ns > STATE_MAX_AGE_S * 1e9:
+            if self.link is None:
+                raise ControllerUnavailable("this API has no controller link")
+            self._state, self._state_ns = await self.link.request("state"), now
+        return self._state
+
+    def progress(self) -> dict | None:
+        p = read_engine_progress(self.rf.heartbeat)
+        if p is None:
+            return None
+        return {"messages_done": p.messages_done, "messages_acked": p.messages_acked, "messages": p.messages,
+                "payload_bytes_done": p.payload_bytes_done, "payload_bytes": p.payload_bytes,
+                "done_fraction": p.payload_bytes_done / p.payload_bytes if p.payload_bytes else None}
+
+    async def ports(self) -> list[dict]:
+        if self.counters is None:
+            return []
+        try:
+            telemetry = (await self.state()).get("telemetry")
+        except ControllerUnavailable:
+            telemetry = None   # the maps still answer; pauses then read as none
+        return self.counters.records(telemetry)
+
+    def header(self) -> dict:
+        return {"api_version": API_VERSION, "run": self.rf.root.name, "scenario": self.scenario.get("name"),
+                "dilation_factor": self.dilation, "t_s": (time.monotonic_ns() - self.started_ns) / 1e9}
+
+
+def authorised(api: RunApi, request: Request) -> bool:
+    given = request.headers.get("authorization", "")
+    return given.startswith("Bearer ") and secrets.compare_digest(given[7:].strip(), api.token)
+
+
+def make_app(api: RunApi) -> Starlette:
+    async def index(request):
+        return JSONResponse({**api.header(), "endpoints": {
+            "GET /api/v1/topology": "switches, hosts and links (by their ends), with rates",
+            "GET /api/v1/routes": "each switch's next-hop ports to each host, as the controller has them",
+            "GET /api/v1/ports": "every switch port's counters and rates over the last second, per class",
+            "GET /api/v1/policy": "the classes' queue policy as it stands, and the changes made so far",
+            "POST /api/v1/policy": "change one field of a class's policy (token)",
+            "GET /api/v1/progress": "the traffic's progress",
+            "GET /api/v1/stream": "server-sent events at 10 Hz: progress and per-port counters",
+            "GET /metrics": "the same counters in Prometheus's text format",
+            "GET /": "the live view"}})
+
+    async def topology(request):
+        f = api.fabric
+        return JSONResponse({**api.header(), "kind": f.kind, "dims": list(f.dims),
+                             "switches": [{"name": s.name, "coord": list(s.coord)} for s in f.switches],
+                             "hosts": [{"name": h.name, "switch": h.switch, "ip": h.ip} for h in f.hosts],
+                             "links": [{"name": l.name, "label": link_label(l.a, l.b), "a": l.a, "a_port": l.a_port,
+                                        "b": l.b, "b_port": l.b_port, "bw_mbps": l.bw_mbps,
+                                        "bw_gbps_hw": (l.bw_mbps or 0.0) * api.dilation / 1e3} for l in f.links]})
+
+    async def routes(request):
+        try:
+            s = await api.state()
+        except ControllerUnavailable as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
+        return JSONResponse({**api.header(), "routes": s["routes"], "down_links": s["down_links"]})
+
+    async def policy(request):
+        if request.method == "POST":
+            return await change_policy(request)
+        try:
+            s = await api.state()
+        except ControllerUnavailable as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
+        return JSONResponse({**api.header(), "classes": s["classes"], "changes": s["changes"]})
+
+    async def change_policy(request):
+        if not authorised(api, request):
+            return JSONResponse({"error": "a change needs the run's token: Authorization: Bearer <token> "
+                                          "(printed when the run starts)"}, status_code=401)
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "the body must be JSON"}, status_code=400)
+        if not isinstance(body, dict) or not {"class", "field", "value"} <= set(body) or set(body) - set(POLICY_BODY):
+            return JSONResponse({"error": f"expected an object with class, field, value and optionally port "
+                                          f"(a switch port's interface name); got {body!r}"}, status_code=400)
+        switch = ofport = None
+        if body.get("port") is not None:
+            if body["port"] not in api.ofports:
+                return JSONResponse({"error": f"port: no switch port {body['port']!r}"}, status_code=400)
+            switch, ofport = api.ofports[body["port"]]
+        asked_ns = time.monotonic_ns()
+        try:
+            answer = await api.link.request("set_policy", class_name=body["class"], field=body["field"],
+                                            value=body["value"], switch=switch, port=ofport)
+        except ControllerUnavailable as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
+        api._state = None   # the next read shows the change
+        out = {"ok": answer["ok"], "asked_ns": asked_ns, "answered_ns": time.monotonic_ns(),
+               "queues": answer.get("queues", 0), "sent_now": answer.get("sent", False)}
+        if not answer["ok"]:
+            return JSONResponse({**out, "error": answer.get("why", "")}, status_code=400)
+        return JSONResponse(out)
+
+    async def progress(request):
+        return JSONResponse({**api.header(), "progress": api.progress()})
+
+    async def ports(request):
+        records = await api.ports()
+        window = api.counters.window_s() if api.counters else 0.0
+        return JSONResponse({**api.header(), "rate_window_s": window, "ports": records})
+
+    async def stream(request):
+        async def events():
+            while True:
+                if await request.is_disconnected():
+                    return
+                records = await api.ports()
+                yield {"event": "tick", "data": json.dumps({
+                    **api.header(), "progress": api.progress(),
+                    "ports": [{k: p[k] for k in ("port", "link", "utilisation_pct", "queue_bytes", "paused",
+                                                  "ecn_marked", "dropped", "pauses_received", "pauses_sent")}
+                              for p in records]})}
+                await asyncio.sleep(1 / STREAM_HZ)
+        return EventSourceResponse(events(), ping=5)
+
+    async def metrics(request):
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(RunCollector(api.header(), await api.ports(), api.progress()))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def live(request):
+        return FileResponse(LIVE_PAGE, media_type="text/html")
+
+    return Starlette(routes=[
+        Route("/api/v1", index), Route("/api/v1/topology", topology), Route("/api/v1/routes", routes),
+        Route("/api/v1/ports", ports), Route("/api/v1/policy", policy, methods=["GET", "POST"]),
+        Route("/api/v1/progress", progress), Route("/api/v1/stream", stream), Route("/metrics", metrics),
+        Route("/", live)])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="testbed.northbound.server")
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--controller-socket", required=True)
+    args = ap.parse_args(argv)
+    import uvicorn
+
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        print(f"{TOKEN_ENV} is not set: no change could be authorised", file=sys.stderr)
+        return 2
+    rf = RunFolder(args.run_dir)
+    plan = AgentPlan.from_json(json.loads(rf.agent_plan.read_text()))
+    maps = ReadOnlyMaps(plan.map_fds)
+    fabric = Fabric.from_json(rf.fabric.read_text())
+    dilation = float(json.loads(rf.scenario.read_text()).get("dilation", {}).get("factor") or 1.0)
+    counters = PortCounters(port_rows(plan, fabric), maps.views["queues"], maps.views["corrupt"], dilation)
+    link = ControllerLink(args.controller_socket)
+    api = RunApi(args.run_dir, token, counters, link)
+
+    async def serve():
+        await link.connect()
+        counters.sample()   # the first rates then cover the time since the API came up
+        config = uvicorn.Config(make_app(api), host=LISTEN_HOST, port=args.port, log_level="warning",
+                                access_log=False, lifespan="off")
+        await uvicorn.Server(config).serve()
+
+    asyncio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
