@@ -313,7 +313,8 @@ def message_latency_s(fabric_spec, fabric: Fabric):
 # one 42 ms frame) ran 1.0% longer in hardware time than at D (1443.5 us), a 160 ms lead 1428.2 us.
 # Two frames were not enough either: at 4 x D = 16000 (21 ms frames) 1431.1-1434.9 us over three
 # runs, 0.07-0.3% over D's, where four frames (85 ms) gave 1428.4 us, on what the emulator's own
-# share shrinking with D predicts (1428.2 us).
+# share shrinking with D predicts (1428.2 us); with this floor, at 4 x D = 31500, 1428.0-1428.2 us
+# over three runs (docs/fidelity.md).
 LEAD_MIN_FRAMES = 4
 
 
