@@ -75,7 +75,8 @@ SECTIONS: dict[str, dict] = {
     "faults": arr(obj({"t_ns": NUM, "at_s": NUM, "action": STR, "reroute_ms": null(NUM),
                        "lost_packets_around": NUM, "traffic_affected_ms": null(NUM),
                        "traffic_recovered_ms": null(NUM)},
-                      {"link": STR, "switch": STR, "links": arr(STR), "frame_error_rate": NUM, "ports": arr(STR)})),
+                      {"link": STR, "switch": STR, "links": arr(STR), "frame_error_rate": NUM, "ports": arr(STR),
+                       "by": STR})),
     "qos": null(obj({
         "telemetry": obj({"target_hz": NUM, "achieved_hz": null(NUM), "late_samples": NUM, "rows": NUM,
                           "pfc_poll_hz": null(NUM), "blind_max_us": null(NUM), "blind_over_1ms": null(NUM),

@@ -139,7 +139,7 @@ class Summary:
     goodput: dict = doc("payload delivered over the traffic's duration")
     packets: Packets = doc("every packet accounted for")
     fidelity: Fidelity = doc("the fidelity verdict")
-    faults: list[dict] = doc("each fault, with the controller's and the traffic's reaction")
+    faults: list[dict] = doc("each fault, with the controller's and the traffic's reaction (by api: a link taken down or up through the northbound API)")
     qos: dict | None = doc("queues, ECN, PFC and the agent's telemetry (None: no switch agent)")
     latency_by_dscp_us: dict = doc("latency per DSCP")
     background: list[dict] = doc("traffic outside the collective (bulk, victim) against its time alone")

@@ -276,7 +276,10 @@ def fault_table(rf: RunFolder, pkts: pd.DataFrame) -> list[dict]:
                 later = pkts[(pkts["flow"] == flow) & (pkts["tx_ns"] > g["tx_ns"].max()) & pkts["accepted"].eq(True)]
                 ends.append(later["rx_ns"].min() if len(later) else None)
             recovered_ns = None if any(e is None or pd.isna(e) for e in ends) else int(max(ends))
-        out.append({**f, "reroute_ms": (after[0]["t_ns"] - t) / 1e6 if after else None,
+        # only a link or switch going down or up moves routes; a reroute after bit errors or a
+        # controller's death is another fault's
+        moves_routes = f["action"].startswith(("link_", "switch_"))
+        out.append({**f, "reroute_ms": (after[0]["t_ns"] - t) / 1e6 if after and moves_routes else None,
                     "lost_packets_around": int(len(lost)),
                     "traffic_affected_ms": (int(lost["tx_ns"].min()) - t) / 1e6 if len(lost) else None,
                     "traffic_recovered_ms": (recovered_ns - t) / 1e6 if recovered_ns else None})

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import secrets
+import socket
 import sys
 import time
 from pathlib import Path
@@ -41,12 +42,17 @@ STATE_MAX_AGE_S = 0.09   # one controller round trip serves every client within 
 TOKEN_ENV = "TESTBED_API_TOKEN"
 LIVE_PAGE = Path(__file__).with_name("live.html")
 POLICY_BODY = ("class", "field", "value", "port")
+RUNNER_TIMEOUT_S = 10.0
 
 
 class RunApi:
     """What the endpoints read: the run's folder, its fabric, the counters and the controller."""
 
-    def __init__(self, run_dir: Path, token: str, counters: PortCounters | None, link: ControllerLink | None):
+    def __init__(self, run_dir: Path, token: str, counters: PortCounters | None, link: ControllerLink | None,
+                 runner: socket.socket | None = None):
+        self.runner = runner   # the runner's socket pair end: links down and up
+        self._runner_lock = asyncio.Lock()
+        self._runner_ids = 0
         self.rf = RunFolder(run_dir)
         self.fabric = Fabric.from_json(self.rf.fabric.read_text())
         self.scenario = json.loads(self.rf.scenario.read_text())
@@ -64,6 +70,24 @@ class RunApi:
                 raise ControllerUnavailable("this API has no controller link")
             self._state, self._state_ns = await self.link.request("state"), now
         return self._state
+
+    async def ask_runner(self, **req) -> dict:
+        """A request to the runner (one at a time), answered once its traffic loop carries it out."""
+        if self.runner is None:
+            raise ControllerUnavailable("this API has no link to the runner")
+        loop = asyncio.get_running_loop()
+        async with self._runner_lock:
+            self._runner_ids += 1
+            rid = self._runner_ids
+            await loop.sock_sendall(self.runner, json.dumps({"id": rid, **req}).encode())
+            while True:
+                try:
+                    answer = json.loads(await asyncio.wait_for(loop.sock_recv(self.runner, 65536), RUNNER_TIMEOUT_S))
+                except asyncio.TimeoutError:
+                    raise ControllerUnavailable(f"the runner did not answer within {RUNNER_TIMEOUT_S:g} s (its "
+                                                f"traffic phase has not started, or has ended)") from None
+                if answer.get("id") == rid:
+                    return answer
 
     def progress(self) -> dict | None:
         p = read_engine_progress(self.rf.heartbeat)
@@ -100,6 +124,7 @@ def make_app(api: RunApi) -> Starlette:
             "GET /api/v1/ports": "every switch port's counters and rates over the last second, per class",
             "GET /api/v1/policy": "the classes' queue policy as it stands, and the changes made so far",
             "POST /api/v1/policy": "change one field of a class's policy (token)",
+            "POST /api/v1/links/{name}": "take a link down or up (token), as a [[faults]] entry does",
             "GET /api/v1/progress": "the traffic's progress",
             "GET /api/v1/stream": "server-sent events at 10 Hz: progress and per-port counters",
             "GET /metrics": "the same counters in Prometheus's text format",
@@ -114,30 +139,36 @@ def make_app(api: RunApi) -> Starlette:
                                         "b": l.b, "b_port": l.b_port, "bw_mbps": l.bw_mbps,
                                         "bw_gbps_hw": (l.bw_mbps or 0.0) * api.dilation / 1e3} for l in f.links]})
 
-    async def routes(request):
+    async def from_controller(*keys):
+        """The controller's state's keys, or 503 when it does not answer."""
         try:
             s = await api.state()
         except ControllerUnavailable as e:
             return JSONResponse({"error": str(e)}, status_code=503)
-        return JSONResponse({**api.header(), "routes": s["routes"], "down_links": s["down_links"]})
+        return JSONResponse({**api.header(), **{k: s[k] for k in keys}})
+
+    async def routes(request):
+        return await from_controller("routes", "down_links")
 
     async def policy(request):
         if request.method == "POST":
             return await change_policy(request)
+        return await from_controller("classes", "changes")
+
+    async def change_body(request):
+        """A change's JSON body, or the response refusing it: no token (401), no JSON (400)."""
+        if not authorised(api, request):
+            return None, JSONResponse({"error": "a change needs the run's token: Authorization: Bearer <token> "
+                                                "(printed when the run starts)"}, status_code=401)
         try:
-            s = await api.state()
-        except ControllerUnavailable as e:
-            return JSONResponse({"error": str(e)}, status_code=503)
-        return JSONResponse({**api.header(), "classes": s["classes"], "changes": s["changes"]})
+            return await request.json(), None
+        except ValueError:
+            return None, JSONResponse({"error": "the body must be JSON"}, status_code=400)
 
     async def change_policy(request):
-        if not authorised(api, request):
-            return JSONResponse({"error": "a change needs the run's token: Authorization: Bearer <token> "
-                                          "(printed when the run starts)"}, status_code=401)
-        try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body must be JSON"}, status_code=400)
+        body, refused = await change_body(request)
+        if refused:
+            return refused
         if not isinstance(body, dict) or not {"class", "field", "value"} <= set(body) or set(body) - set(POLICY_BODY):
             return JSONResponse({"error": f"expected an object with class, field, value and optionally port "
                                           f"(a switch port's interface name); got {body!r}"}, status_code=400)
@@ -158,6 +189,23 @@ def make_app(api: RunApi) -> Starlette:
         if not answer["ok"]:
             return JSONResponse({**out, "error": answer.get("why", "")}, status_code=400)
         return JSONResponse(out)
+
+    async def set_link(request):
+        body, refused = await change_body(request)
+        if refused:
+            return refused
+        if not isinstance(body, dict) or body.get("state") not in ("down", "up") or set(body) != {"state"}:
+            return JSONResponse({"error": f'expected {{"state": "down"}} or {{"state": "up"}}, got {body!r}'},
+                                status_code=400)
+        asked_ns = time.monotonic_ns()
+        try:
+            answer = await api.ask_runner(action=f"link_{body['state']}", link=request.path_params["name"])
+        except ControllerUnavailable as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
+        api._state = None
+        if not answer["ok"]:
+            return JSONResponse({"ok": False, "error": answer["why"]}, status_code=400)
+        return JSONResponse({"ok": True, "asked_ns": asked_ns, "fault": answer["fault"]})
 
     async def progress(request):
         return JSONResponse({**api.header(), "progress": api.progress()})
@@ -192,7 +240,7 @@ def make_app(api: RunApi) -> Starlette:
     return Starlette(routes=[
         Route("/api/v1", index), Route("/api/v1/topology", topology), Route("/api/v1/routes", routes),
         Route("/api/v1/ports", ports), Route("/api/v1/policy", policy, methods=["GET", "POST"]),
-        Route("/api/v1/progress", progress), Route("/api/v1/stream", stream), Route("/metrics", metrics),
+        Route("/api/v1/links/{name}", set_link, methods=["POST"]), Route("/api/v1/progress", progress), Route("/api/v1/stream", stream), Route("/metrics", metrics),
         Route("/", live)])
 
 
@@ -201,6 +249,7 @@ def main(argv=None) -> int:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--controller-socket", required=True)
+    ap.add_argument("--runner-fd", type=int, help="the runner's socket pair end (links down and up)")
     args = ap.parse_args(argv)
     import uvicorn
 
@@ -215,7 +264,11 @@ def main(argv=None) -> int:
     dilation = float(json.loads(rf.scenario.read_text()).get("dilation", {}).get("factor") or 1.0)
     counters = PortCounters(port_rows(plan, fabric), maps.views["queues"], maps.views["corrupt"], dilation)
     link = ControllerLink(args.controller_socket)
-    api = RunApi(args.run_dir, token, counters, link)
+    runner = None
+    if args.runner_fd is not None:
+        runner = socket.socket(fileno=args.runner_fd)
+        runner.setblocking(False)
+    api = RunApi(args.run_dir, token, counters, link, runner)
 
     async def serve():
         await link.connect()

@@ -55,17 +55,37 @@ class FaultInjector:
                 self.controller_killed_ns = t
                 target = f"controller (pid {self.ctl.pid})"
             else:
-                if fault.action.startswith("link_"):
-                    links = [self.fabric.link_by_name(fault.link)]
-                    target = record["link"] = links[0].name
-                else:
-                    links = [l for l in self.fabric.links if fault.switch in (l.a, l.b)]
-                    target = record["switch"] = fault.switch
-                up = fault.action.endswith("_up")
-                for link in links:
-                    # The switch-side end: a host's end lives in its namespace and is not ours to flip.
-                    node, port = (link.a, link.a_port) if link.a in self.fabric.switch_by_name else (link.b, link.b_port)
-                    self.net.ports.set_link_state(self.fabric.intf_name(node, port), up=up)
-                record["links"] = [l.name for l in links]
+                target = self._set_links(fault.action, record, link=fault.link, switch=fault.switch)
             self._f.write(json.dumps(record) + "\n")
             self.log(f"fault: {fault.action} {target} at {record['at_s']:.3f} s")
+
+    def _set_links(self, action: str, record: dict, link: str = "", switch: str = "") -> str:
+        if action.startswith("link_"):
+            links = [self.fabric.link_by_name(link)]
+            target = record["link"] = links[0].name
+        else:
+            links = [l for l in self.fabric.links if switch in (l.a, l.b)]
+            target = record["switch"] = switch
+        up = action.endswith("_up")
+        for l in links:
+            # The switch-side end: a host's end lives in its namespace and is not ours to flip.
+            node, port = (l.a, l.a_port) if l.a in self.fabric.switch_by_name else (l.b, l.b_port)
+            self.net.ports.set_link_state(self.fabric.intf_name(node, port), up=up)
+        record["links"] = [l.name for l in links]
+        return target
+
+    def request(self, action: str, link: str) -> dict:
+        """A link taken down or up now, asked through the northbound API: carried out and logged as
+        a scheduled fault is (``by`` "api"), so the analysis counts what it costs the same way."""
+        if action not in ("link_down", "link_up"):
+            raise ValueError(f"action: expected link_down or link_up, got {action!r}")
+        try:
+            self.fabric.link_by_name(link)
+        except KeyError:
+            raise ValueError(f"link: no link {link!r} (links are named <node>-<node>, e.g. s0_0-s1_0)") from None
+        t = time.monotonic_ns()
+        record = {"t_ns": t, "at_s": (t - self.start_ns) / 1e9, "action": action, "by": "api"}
+        target = self._set_links(action, record, link=link)
+        self._f.write(json.dumps(record) + "\n")
+        self.log(f"fault (northbound API): {action} {target} at {record['at_s']:.3f} s")
+        return record

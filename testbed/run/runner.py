@@ -68,7 +68,6 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
     run_id = f"{sc.name}-{stamp}"
     if sc.controller.remote and not remote_listening(*parse_endpoint(sc.controller.remote)):
         raise SetupError(f"no controller listens at {sc.controller.remote} (controller.remote): start yours first")
-    api_port = northbound.port_for(sc)
     with RunLock(run_id, f"scenario {sc.name}"):
         too_small = probe.socket_buffers_too_small()
         if too_small:
@@ -77,6 +76,9 @@ def run(sc: Scenario, log=print, results_dir: Path | None = None, progress=None,
         bpfmaps.require_object()
         nic.require_built()
         clean_stale(log=log)
+        # under the lock (another run's API on the port is that run's, which the lock refuses first)
+        # and after a dead run's leftovers are gone, before anything of this run exists
+        api_port = northbound.port_for(sc)
         run_dir = base / sc.name / stamp
         rf = RunFolder(run_dir)
         rf.raw.mkdir(parents=True)
@@ -256,6 +258,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                     if not agent.alive():
                         raise RunFailed(f"the switch agent failed to start; log:\n{agent.log_tail()}")
                     with contextlib.ExitStack() as stack:
+                        api = None
                         if api_port:
                             api = stack.enter_context(northbound.ApiProcess(
                                 rf, api_port, params["api_socket"], agent_plan.map_fds, record))
@@ -266,7 +269,7 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
                             caps = stack.enter_context(HostCaptures(used, rf.pcap,
                                                                     sc.run.capture_snaplen_bytes, record))
                             log(f"capturing on {len(used)} hosts to {rf.pcap}")
-                        _traffic(sc, fabric, net, plan, rf, ctl, record, manifest, log, agent, progress)
+                        _traffic(sc, fabric, net, plan, rf, ctl, record, manifest, log, agent, progress, api)
                     if sc.run.capture:
                         manifest["capture"] = caps.stats
                 if agent.proc.returncode not in (0, None):
@@ -302,7 +305,8 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> AgentPlan:
         give_up_after_s=sc.run.time_limit_s + AGENT_STOP_S if sc.dilation.chosen_by == "calibration" else 0.0)
 
 
-def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, manifest, log, agent, progress) -> None:
+def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, manifest, log, agent, progress,
+             api=None) -> None:
     engine = ManagedProcess("engine", [sys.executable, "-m", "testbed.traffic.engine", str(rf.engine_plan)],
                             rf.engine_log, cwd=str(PROJECT_ROOT))
     engine.on_start = record.add_process
@@ -338,6 +342,8 @@ def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, mani
                                     f"(set controller.survive_controller_loss to keep forwarding); log:\n"
                                     f"{ctl.log_tail()}")
                 faults.apply_due()
+                if api is not None:
+                    api.serve(faults)
                 if engine.proc.poll() is not None:
                     return True
                 if not agent.alive():

@@ -128,6 +128,26 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
     assert next(c for c in policy["classes"] if c["name"] == "bulk")["buffer_bytes"] == 512 * 1024
     assert policy["changes"][-1]["field"] == "buffer_bytes"
 
+    # a link down and up again through the runner, as a [[faults]] entry takes it: one between two
+    # switches that carried nothing so far, so the incast loses nothing to it
+    switches = {s["name"] for s in topo["switches"]}
+    sent = {p["port"]: p["tx_bytes"] for p in get("/api/v1/ports")["ports"]}
+    idle = next(l["name"] for l in topo["links"] if l["a"] in switches and l["b"] in switches
+                and sent[f"{l['a']}-eth{l['a_port']}"] == 0 and sent[f"{l['b']}-eth{l['b_port']}"] == 0)
+    status, body = post(f"/api/v1/links/{idle}", {"state": "down"}, None)
+    assert status == 401, body
+    status, body = post("/api/v1/links/s9-s9", {"state": "down"}, token)
+    assert status == 400 and "s9-s9" in body["error"], body
+    status, body = post(f"/api/v1/links/{idle}", {"state": "down"}, token)
+    assert status == 200 and body["fault"]["action"] == "link_down" and body["fault"]["by"] == "api", body
+    for _ in range(50):   # the controller hears of the port going down and reroutes around it
+        if idle in get("/api/v1/routes")["down_links"]:
+            break
+        time.sleep(0.1)
+    assert idle in get("/api/v1/routes")["down_links"]
+    status, body = post(f"/api/v1/links/{idle}", {"state": "up"}, token)
+    assert status == 200 and body["fault"]["action"] == "link_up", body
+
     families = {f.name: f for f in text_string_to_metric_families(
         urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=10).read().decode())}
     tx = families["testbed_port_transmit_bytes"]
@@ -147,6 +167,9 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
     events = [json.loads(l) for l in (run_dir / "raw" / "controller_events.jsonl").read_text().splitlines()]
     asked = [e for e in events if e["event"] == "qos_app_request" and e["app"] == "Northbound"]
     assert len(asked) == 1 and asked[0]["field"] == "buffer_bytes" and asked[0]["sent_now"]
+    faults = summary_of(run_dir)["faults"]
+    assert [(f["action"], f["link"], f["by"]) for f in faults] == [("link_down", idle, "api"), ("link_up", idle, "api")]
+    assert any(e["event"] == "reroute_done" and e["t_ns"] > faults[0]["t_ns"] for e in events)
     # the agent applied an update after the request: the change reached the switches
     assert any(e["event"] == "qos_applied" and e["kind"] == "update" and e["t_ns"] > asked[0]["t_ns"] for e in events)
 

@@ -188,3 +188,31 @@ def test_the_grafana_dashboard_reads_only_series_the_api_exports():
     assert used and used <= exported, used - exported
     # every series a port has is on some panel
     assert {n for n in exported if n.startswith("testbed_port_")} - {"testbed_port_transmit_frames_total"} <= used
+
+
+def test_a_link_change_needs_the_token_a_state_and_a_runner(api):
+    client = TestClient(make_app(api))
+    auth = {"Authorization": "Bearer the-token"}
+    assert client.post("/api/v1/links/leaf0-spine0", json={"state": "down"}).status_code == 401
+    r = client.post("/api/v1/links/leaf0-spine0", json={"state": "sideways"}, headers=auth)
+    assert r.status_code == 400 and "sideways" in r.json()["error"]
+    # this API was made without the runner's socket: it says so rather than pretend
+    r = client.post("/api/v1/links/leaf0-spine0", json={"state": "down"}, headers=auth)
+    assert r.status_code == 503 and "runner" in r.json()["error"]
+
+
+def test_a_taken_api_port_is_refused_before_the_run_and_zero_or_a_calibration_serves_none():
+    import dataclasses
+    import socket
+    from testbed.errors import SetupError
+    from testbed.run.northbound import port_for
+    sc = dilate(load_scenario("incast-pfc"), D, "set")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        taken = s.getsockname()[1]
+        with pytest.raises(SetupError, match="run.api_port"):
+            port_for(dataclasses.replace(sc, run=dataclasses.replace(sc.run, api_port=taken)))
+    assert port_for(dataclasses.replace(sc, run=dataclasses.replace(sc.run, api_port=0))) == 0
+    rung = dataclasses.replace(sc, dilation=dataclasses.replace(sc.dilation, chosen_by="calibration"))
+    assert port_for(rung) == 0
