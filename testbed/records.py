@@ -50,13 +50,34 @@ class EngineProgress:
 def read_engine_progress(path: Path) -> EngineProgress | None:
     """The engine's last heartbeat record, or None before its first (or from another version)."""
     try:
-        raw = Path(path).read_bytes()[:HEARTBEAT.size]
+        with open(path, "rb") as f:
+            raw = f.read(HEARTBEAT.size)
     except OSError:
         return None
     if len(raw) < HEARTBEAT.size:
         return None
     version, *rest, _beats = HEARTBEAT.unpack(raw)
     return EngineProgress(*rest) if version == HEARTBEAT_VERSION else None
+
+
+# After the heartbeat's record, one per queue pair rewritten with it (nicdp.c struct qp_live):
+# DCQCN's rate, target rate (bits/s of the emulated link) and alpha, 0 without congestion control;
+# PSNs acknowledged (una) and sent (next) so far; frames resent, CNPs received, rate cuts.
+QP_LIVE = np.dtype([("rate_bps", "<f8"), ("target_bps", "<f8"), ("alpha", "<f8"), ("una", "<i8"),
+                    ("next", "<i8"), ("retransmitted", "<i8"), ("cnps", "<i8"), ("cuts", "<i8")])
+
+
+def read_qp_live(path: Path, n_flows: int) -> np.ndarray | None:
+    """Every queue pair's state at the data plane's last heartbeat, or None before it wrote one (or
+    from another version)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(HEARTBEAT.size + n_flows * QP_LIVE.itemsize)
+    except OSError:
+        return None
+    if len(raw) < HEARTBEAT.size + n_flows * QP_LIVE.itemsize or HEARTBEAT.unpack(raw[:HEARTBEAT.size])[0] != HEARTBEAT_VERSION:
+        return None
+    return np.frombuffer(raw, dtype=QP_LIVE, count=n_flows, offset=HEARTBEAT.size)
 
 
 class HeartbeatWatch:

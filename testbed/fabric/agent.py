@@ -332,7 +332,8 @@ class Agent:
             marked=int(q["mark_pkts"].sum()), dropped=int(q["drop_pkts"].sum()),
             paused_ports=len(self.pfc.causes), pauses=self.pauses, paused=paused,
             pause_counts=[[self.leaves[leaf].ifname, self.leaves[leaf].cls, n, ended_ns]
-                          for leaf, (n, ended_ns) in self.leaf_pauses.items()]))
+                          for leaf, (n, ended_ns) in self.leaf_pauses.items()],
+            ovs_input=[self.inputs.samples, self.inputs.busy_samples]))
 
     # -- the loop ----------------------------------------------------------------------------
 

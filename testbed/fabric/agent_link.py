@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from testbed.fabric.qos import IngressProfile, PortPolicy, QueueProfile
 from testbed.jsonrecord import ClassKeyed
 
-LINK_VERSION = 3   # 2: the classes' weights (policy and update), the paused leaves (telemetry); 3: pause counts
+LINK_VERSION = 3   # 2: the classes' weights (policy and update), the paused leaves (telemetry); 3: pause counts and Open vSwitch's input backlog
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,8 @@ class TelemetrySummary(_Report):
     paused: list = dataclasses.field(default_factory=list)
     # every leaf paused at least once: [port, class, pauses so far, ns paused by the pauses that ended]
     pause_counts: list = dataclasses.field(default_factory=list)
+    # Open vSwitch's input backlog so far: [samples, samples with a port over the busy threshold]
+    ovs_input: list = dataclasses.field(default_factory=list)
     TYPE = "telemetry"
 
 

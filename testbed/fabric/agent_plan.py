@@ -15,6 +15,8 @@ AGENT_PLAN_VERSION = 2   # 2: give_up_after_s
 # switch port with over INPUT_BUSY_BYTES waiting in its input socket (testbed.fabric.agent_io) in
 # more than this share of the agent's samples means the fabric ran above its capacity.
 MAX_INPUT_BUSY_FRACTION = 0.05
+# and the machine: busier than this over the traffic (all cores, steal counted busy), it could not keep up
+MAX_MACHINE_BUSY_FRACTION = 0.97
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ CLASS_SERIES = (
 class RunCollector:
     """A collector over one read of the counters (the API makes one per scrape)."""
 
-    def __init__(self, header: dict, ports: list[dict], progress: dict | None):
-        self.header, self.ports, self.progress = header, ports, progress
+    def __init__(self, header: dict, ports: list[dict], progress: dict | None, qps: list[dict] = ()):
+        self.header, self.ports, self.progress, self.qps = header, ports, progress, qps
 
     def collect(self):
         run = {"run": str(self.header.get("run")), "scenario": str(self.header.get("scenario"))}
@@ -56,6 +56,22 @@ class RunCollector:
         yield from families.values()
         yield link_bps
         yield crc
+        qp_labels = ["qp", "src", "dst", "tag"]
+        sent = CounterMetricFamily("testbed_qp_sent_frames", "data frames the queue pair sent (PSNs, resends not "
+                                   "counted again)", labels=qp_labels)
+        resent = CounterMetricFamily("testbed_qp_retransmitted_frames", "frames go-back-N resent", labels=qp_labels)
+        cnps = CounterMetricFamily("testbed_qp_cnps_received", "CNPs the queue pair's sender received",
+                                   labels=qp_labels)
+        rate = GaugeMetricFamily("testbed_qp_dcqcn_rate_bits_per_second", "DCQCN's rate limiter, emulated "
+                                 "(x testbed_dilation_factor: the hardware's)", labels=qp_labels)
+        for q in self.qps:
+            labels = [str(q["qp"]), q["src"], q["dst"], q["tag"]]
+            sent.add_metric(labels, q["frames_sent"])
+            resent.add_metric(labels, q["retransmitted"])
+            cnps.add_metric(labels, q["cnps"])
+            if q["dcqcn_rate_gbps_hw"] is not None:
+                rate.add_metric(labels, q["dcqcn_rate_gbps_hw"] * 1e9 / float(self.header["dilation_factor"]))
+        yield from (sent, resent, cnps, rate)
         if self.progress:
             for name, field, help_ in (("testbed_job_messages_done", "messages_done", "messages completed"),
                                        ("testbed_job_messages", "messages", "messages in the plan"),

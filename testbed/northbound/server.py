@@ -27,11 +27,11 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from testbed.fabric.agent_plan import AgentPlan
+from testbed.fabric.agent_plan import MAX_INPUT_BUSY_FRACTION, MAX_MACHINE_BUSY_FRACTION, AgentPlan
 from testbed.northbound.counters import PortCounters, ReadOnlyMaps, link_label, port_rows
 from testbed.northbound.link import ControllerLink, ControllerUnavailable
 from testbed.northbound.prometheus import RunCollector
-from testbed.records import read_engine_progress
+from testbed.records import read_engine_progress, read_qp_live
 from testbed.runfolder import RunFolder
 from topologies.model import Fabric
 
@@ -54,6 +54,8 @@ class RunApi:
         self._runner_lock = asyncio.Lock()
         self._runner_ids = 0
         self.rf = RunFolder(run_dir)
+        self.flows = None   # the engine's queue pairs, read from its plan once it is there
+        self.cpu0 = machine_cpu()
         self.fabric = Fabric.from_json(self.rf.fabric.read_text())
         self.scenario = json.loads(self.rf.scenario.read_text())
         self.dilation = float(self.scenario.get("dilation", {}).get("factor") or 1.0)
@@ -89,6 +91,42 @@ class RunApi:
                 if answer.get("id") == rid:
                     return answer
 
+    def qps(self) -> list[dict]:
+        """Every queue pair at the data plane's last heartbeat (every 200 ms): what it sent and had
+        acknowledged, resent, and its DCQCN state; rates in the hardware fabric's Gb/s."""
+        if self.flows is None:
+            try:
+                self.flows = json.loads(self.rf.engine_plan.read_text())["flows"]
+            except (OSError, ValueError, KeyError):
+                return []
+        live = read_qp_live(self.rf.heartbeat, len(self.flows))
+        if live is None:
+            return []
+        return [{"qp": f["id"], "src": f["src"], "dst": f["dst"], "tag": f["tag"], "class": f["class"],
+                 "dscp": f["dscp"], "frames_sent": int(q["next"]), "frames_acked": int(q["una"]),
+                 "in_flight": int(q["next"] - q["una"]), "retransmitted": int(q["retransmitted"]),
+                 "cnps": int(q["cnps"]), "rate_cuts": int(q["cuts"]),
+                 # DCQCN's rate limiter (none without congestion control)
+                 "dcqcn_rate_gbps_hw": float(q["rate_bps"]) * self.dilation / 1e9 if q["rate_bps"] else None,
+                 "dcqcn_target_gbps_hw": float(q["target_bps"]) * self.dilation / 1e9 if q["rate_bps"] else None,
+                 "dcqcn_alpha": float(q["alpha"]) if q["rate_bps"] else None}
+                for f, q in zip(self.flows, live)]
+
+    def fidelity(self, telemetry: dict | None) -> dict:
+        """What can be seen of the fidelity verdict's inputs during the traffic: the machine's CPU
+        since the API came up, and Open vSwitch's input backlog in the switch agent's samples."""
+        now = machine_cpu()
+        total, idle, steal = (now[i] - self.cpu0[i] for i in range(3))
+        samples, busy = ((telemetry or {}).get("ovs_input") or [0, 0])
+        return {"machine_busy_fraction": 1 - idle / total if total else None,
+                "machine_busy_limit": MAX_MACHINE_BUSY_FRACTION,
+                "steal_fraction": steal / total if total else None,
+                "ovs_input_samples": samples, "ovs_input_busy_samples": busy,
+                "ovs_input_busy_fraction": busy / samples if samples else None,
+                "ovs_input_busy_limit": MAX_INPUT_BUSY_FRACTION,
+                "judged_after_the_traffic": "every busy link's and host's drain rate, window by window, from the "
+                                            "frames' timestamps: the run's FIDELITY line and summary.json"}
+
     def progress(self) -> dict | None:
         p = read_engine_progress(self.rf.heartbeat)
         if p is None:
@@ -111,6 +149,12 @@ class RunApi:
                 "dilation_factor": self.dilation, "t_s": (time.monotonic_ns() - self.started_ns) / 1e9}
 
 
+def machine_cpu() -> tuple[int, int, int]:
+    """/proc/stat's all-CPU ticks: total, idle (with iowait), steal."""
+    v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(v[:8]), v[3] + v[4], v[7]
+
+
 def authorised(api: RunApi, request: Request) -> bool:
     given = request.headers.get("authorization", "")
     return given.startswith("Bearer ") and secrets.compare_digest(given[7:].strip(), api.token)
@@ -126,6 +170,8 @@ def make_app(api: RunApi) -> Starlette:
             "POST /api/v1/policy": "change one field of a class's policy (token)",
             "POST /api/v1/links/{name}": "take a link down or up (token), as a [[faults]] entry does",
             "GET /api/v1/progress": "the traffic's progress",
+            "GET /api/v1/fidelity": "the fidelity verdict's inputs seen so far: the machine's CPU, Open vSwitch's backlog",
+            "GET /api/v1/qps": "every queue pair: frames sent, acknowledged and resent, CNPs, DCQCN's rate and alpha",
             "GET /api/v1/stream": "server-sent events at 10 Hz: progress and per-port counters",
             "GET /metrics": "the same counters in Prometheus's text format",
             "GET /": "the live view"}})
@@ -210,6 +256,16 @@ def make_app(api: RunApi) -> Starlette:
     async def progress(request):
         return JSONResponse({**api.header(), "progress": api.progress()})
 
+    async def fidelity(request):
+        try:
+            telemetry = (await api.state()).get("telemetry")
+        except ControllerUnavailable:
+            telemetry = None
+        return JSONResponse({**api.header(), "fidelity": api.fidelity(telemetry)})
+
+    async def qps(request):
+        return JSONResponse({**api.header(), "qps": api.qps()})
+
     async def ports(request):
         records = await api.ports()
         window = api.counters.window_s() if api.counters else 0.0
@@ -231,7 +287,7 @@ def make_app(api: RunApi) -> Starlette:
 
     async def metrics(request):
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(RunCollector(api.header(), await api.ports(), api.progress()))
+        registry.register(RunCollector(api.header(), await api.ports(), api.progress(), api.qps()))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     async def live(request):
@@ -239,7 +295,7 @@ def make_app(api: RunApi) -> Starlette:
 
     return Starlette(routes=[
         Route("/api/v1", index), Route("/api/v1/topology", topology), Route("/api/v1/routes", routes),
-        Route("/api/v1/ports", ports), Route("/api/v1/policy", policy, methods=["GET", "POST"]),
+        Route("/api/v1/ports", ports), Route("/api/v1/qps", qps), Route("/api/v1/fidelity", fidelity), Route("/api/v1/policy", policy, methods=["GET", "POST"]),
         Route("/api/v1/links/{name}", set_link, methods=["POST"]), Route("/api/v1/progress", progress), Route("/api/v1/stream", stream), Route("/metrics", metrics),
         Route("/", live)])
 

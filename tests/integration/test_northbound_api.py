@@ -117,6 +117,17 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
                                           if l[e] in {s["name"] for s in topo["switches"]}}
     assert all(len(p["classes"]) == 3 for p in ports)
 
+    # what the verdict will weigh, seen so far: the agent sampled Open vSwitch's input backlog
+    fid = get("/api/v1/fidelity")["fidelity"]
+    assert fid["ovs_input_samples"] > 0 and 0 <= fid["ovs_input_busy_fraction"] <= 1
+    assert 0 < fid["machine_busy_fraction"] <= 1
+
+    # the queue pairs as the data plane last wrote them: the incast's 15 senders and the victim's one
+    qps = get("/api/v1/qps")["qps"]
+    assert len(qps) == 16 and all(0 <= q["frames_acked"] <= q["frames_sent"] for q in qps)
+    assert sum(q["frames_sent"] for q in qps) > 0
+    assert all(q["dcqcn_rate_gbps_hw"] is None for q in qps)   # incast-pfc runs no congestion control
+
     # a change needs the token, names a real field, and goes through the controller
     status, body = post("/api/v1/policy", {"class": "bulk", "field": "buffer_bytes", "value": "512KiB"}, None)
     assert status == 401, body

@@ -181,7 +181,9 @@ def test_the_grafana_dashboard_reads_only_series_the_api_exports():
     reg = CollectorRegistry(auto_describe=False)
     reg.register(RunCollector({"run": "r", "scenario": "x", "dilation_factor": D},
                               PortCounters(two_switch_rows(), queues, corrupt, D).records(None),
-                              {"messages_done": 1, "messages": 2, "payload_bytes_done": 1, "payload_bytes": 2}))
+                              {"messages_done": 1, "messages": 2, "payload_bytes_done": 1, "payload_bytes": 2},
+                              [{"qp": 0, "src": "h0", "dst": "h1", "tag": "collective", "frames_sent": 9,
+                                "retransmitted": 0, "cnps": 1, "dcqcn_rate_gbps_hw": 50.0}]))
     exported = {s.name for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples}
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     used = {name for e in exprs for name in re.findall(r"testbed_[a-z_]+", e)}
@@ -216,3 +218,42 @@ def test_a_taken_api_port_is_refused_before_the_run_and_zero_or_a_calibration_se
     assert port_for(dataclasses.replace(sc, run=dataclasses.replace(sc.run, api_port=0))) == 0
     rung = dataclasses.replace(sc, dilation=dataclasses.replace(sc.dilation, chosen_by="calibration"))
     assert port_for(rung) == 0
+
+
+def write_heartbeat(path, qps):
+    from testbed.records import HEARTBEAT, QP_LIVE
+    rec = np.zeros(len(qps), dtype=QP_LIVE)
+    for i, q in enumerate(qps):
+        for k, v in q.items():
+            rec[k][i] = v
+    path.write_bytes(HEARTBEAT.pack(2, 1, 1, 4, 100, 400, 7) + rec.tobytes())
+
+
+def test_the_queue_pairs_are_read_from_the_data_planes_heartbeat(api):
+    plan = {"flows": [{"id": 0, "src": "h0", "dst": "h1", "tag": "collective", "class": 1, "dscp": 26},
+                      {"id": 1, "src": "h1", "dst": "h0", "tag": "collective", "class": 1, "dscp": 26}]}
+    api.rf.engine_plan.write_text(json.dumps(plan))
+    assert TestClient(make_app(api)).get("/api/v1/qps").json()["qps"] == []   # no heartbeat yet
+    write_heartbeat(api.rf.heartbeat, [
+        {"rate_bps": 4e6, "target_bps": 6e6, "alpha": 0.25, "una": 90, "next": 100, "retransmitted": 3, "cnps": 5,
+         "cuts": 2},
+        {"una": 7, "next": 7}])
+    qps = TestClient(make_app(api)).get("/api/v1/qps").json()["qps"]
+    assert qps[0]["dcqcn_rate_gbps_hw"] == pytest.approx(4e6 * D / 1e9)   # 50 Gb/s of the hardware's 100
+    assert qps[0]["dcqcn_target_gbps_hw"] == pytest.approx(6e6 * D / 1e9) and qps[0]["dcqcn_alpha"] == 0.25
+    assert (qps[0]["frames_sent"], qps[0]["frames_acked"], qps[0]["in_flight"]) == (100, 90, 10)
+    assert (qps[0]["retransmitted"], qps[0]["cnps"], qps[0]["rate_cuts"]) == (3, 5, 2)
+    # a queue pair without congestion control has no rate limiter to report
+    assert qps[1]["dcqcn_rate_gbps_hw"] is None and qps[1]["in_flight"] == 0
+    fams = {f.name: f for f in text_string_to_metric_families(TestClient(make_app(api)).get("/metrics").text)}
+    assert [s.value for s in fams["testbed_qp_cnps_received"].samples if s.name.endswith("_total")] == [5, 0]
+    assert fams["testbed_qp_dcqcn_rate_bits_per_second"].samples[0].value == pytest.approx(4e6)
+
+
+def test_the_fidelity_so_far_is_open_vswitchs_backlog_against_the_verdicts_limit(api):
+    f = api.fidelity({"ovs_input": [200, 6]})
+    assert f["ovs_input_busy_fraction"] == pytest.approx(0.03) and f["ovs_input_busy_limit"] == 0.05
+    assert f["machine_busy_limit"] == 0.97
+    assert api.fidelity(None)["ovs_input_busy_fraction"] is None   # before the agent's first summary
+    r = TestClient(make_app(api)).get("/api/v1/fidelity").json()["fidelity"]
+    assert "judged_after_the_traffic" in r

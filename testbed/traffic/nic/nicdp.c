@@ -639,6 +639,7 @@ typedef struct {
     int64_t *ready_ns;   /* per message: its latest dependency's completion so far */
     int in_rounds, new_serving;
     int64_t beats;   /* heartbeats written: the count the runner watches change */
+    struct qp_live *live;   /* [n_flows]: each queue pair's state, written with the heartbeat */
     int64_t clock_off;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's timestamps */
     int64_t prev_clock_off;   /* the one before it: stamps taken before a step */
     int64_t last_progress;
@@ -766,10 +767,25 @@ static int64_t to_mono(engine *E, int64_t real, int64_t lo, int64_t hi) {
 
 /* The heartbeat file's record, rewritten in place (its mtime is the liveness signal): version,
  * messages completed, acknowledged and planned, network payload bytes done and planned.
- * testbed.traffic.engine.read_progress reads it. */
+ * testbed.records.read_engine_progress reads it. After it, one record a queue pair, rewritten
+ * with it: DCQCN's rate, target and alpha (0 without congestion control), the PSNs acknowledged
+ * and sent so far, frames resent, CNPs and rate cuts (testbed.records.read_qp_live: the
+ * northbound API's live queue pairs). */
+struct qp_live { double rate, target, alpha; int64_t una, next, retransmitted, cnps, cuts; };
+
 static void beat(engine *E, int fd, int64_t messages) {
     int64_t rec[7] = {2, E->completed, E->acked, messages, E->net_bytes_done, E->net_bytes_total, ++E->beats};
     if (pwrite(fd, rec, sizeof rec, 0) != (ssize_t)sizeof rec) futimens(fd, NULL);
+    if (!E->live) return;
+    for (int i = 0; i < E->P->n_flows; i++) {
+        const flow_t *f = &E->flows[i];
+        int cc = E->P->cc;
+        E->live[i] = (struct qp_live){cc ? f->dc.rate : 0, cc ? f->dc.target : 0, cc ? f->dc.alpha : 0,
+                                      f->tx.una, f->tx.next, (int64_t)f->tx.retransmitted,
+                                      cc ? (int64_t)f->dc.cnps : 0, cc ? (int64_t)f->dc.cuts : 0};
+    }
+    size_t n = (size_t)E->P->n_flows * sizeof *E->live;
+    if (pwrite(fd, E->live, n, sizeof rec) != (ssize_t)n) return;   /* the header still beat */
 }
 
 static void complete(engine *E, int32_t m, int64_t t) {
@@ -1549,6 +1565,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
     E->stream_free_ns = calloc(P->n_streams > 0 ? P->n_streams : 1, sizeof(int64_t));
     int ep = epoll_create1(EPOLL_CLOEXEC), ep_door = epoll_create1(EPOLL_CLOEXEC);
     int hb = open(P->heartbeat_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    E->live = calloc(nf ? nf : 1, sizeof *E->live);
     E->ftx = fopen(P->tx_path, "wb"); E->frx = fopen(P->rx_path, "wb");
     E->fqp = fopen(P->qp_path, "wb"); E->fgap = fopen(P->gap_path, "wb");
     if (!E->hosts || !E->flows || !E->msg_npkts || !E->kick || !E->ready_ns || !E->stream_free_ns || ep < 0 || ep_door < 0 || hb < 0 || !E->ftx || !E->frx || !E->fqp || !E->fgap) {
@@ -1824,6 +1841,7 @@ out:
     if (E->fqp) fclose(E->fqp);
     if (E->fgap) fclose(E->fgap);
     if (hb >= 0) close(hb);
+    free(E->live);
     if (ep >= 0) close(ep);
     if (ep_door >= 0) close(ep_door);
     if (E->hosts) for (int i = 0; i < nh; i++) if (E->hosts[i].ring) munmap(E->hosts[i].ring, E->hosts[i].ring_bytes);
