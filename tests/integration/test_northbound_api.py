@@ -122,10 +122,15 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
     assert fid["ovs_input_samples"] > 0 and 0 <= fid["ovs_input_busy_fraction"] <= 1
     assert 0 < fid["machine_busy_fraction"] <= 1
 
-    # the queue pairs as the data plane last wrote them: the incast's 15 senders and the victim's one
-    qps = get("/api/v1/qps")["qps"]
+    # the queue pairs as the data plane last wrote them (every 200 ms): the incast's 15 senders and
+    # the victim's one, their frames sent moving once its next heartbeat is out
+    for _ in range(50):
+        qps = get("/api/v1/qps")["qps"]
+        if sum(q["frames_sent"] for q in qps) > 0:
+            break
+        time.sleep(0.1)
     assert len(qps) == 16 and all(0 <= q["frames_acked"] <= q["frames_sent"] for q in qps)
-    assert sum(q["frames_sent"] for q in qps) > 0
+    assert sum(q["frames_sent"] for q in qps) > 0, "no queue pair's frames sent moved during the traffic"
     assert all(q["dcqcn_rate_gbps_hw"] is None for q in qps)   # incast-pfc runs no congestion control
 
     # a change needs the token, names a real field, and goes through the controller
