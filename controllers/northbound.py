@@ -3,7 +3,8 @@
 The API's web server runs in a process of its own (Starlette on uvicorn, asyncio), so that a
 client's requests never hold up the OpenFlow handlers here; this app is its way into the
 controller. It listens on an abstract Unix socket (name from --param api_socket) for one
-connection and answers JSON lines, one request a line (testbed.northbound.link):
+connection and answers JSON lines, one request a line, each with its link_version
+(testbed.northbound.link):
 
 - ``{"op": "state"}``: the routes as the routing app last published them, the links they avoid,
   the classes' policy as it stands (the scenario's, with every change so far) and the switch
@@ -29,6 +30,7 @@ from os_ken.lib import hub
 
 from controllers.api import QOS_APP, EventAgentReport, EventRoutesChanged, EventSetQueuePolicy
 from testbed.fabric.routing import compute_routes
+from testbed.northbound.link import LINK_VERSION, check_version
 from testbed.scenario import check_class_value
 
 ACCEPT_TIMEOUT_S = 600.0
@@ -77,8 +79,12 @@ class Northbound(app_manager.OSKenApp):
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     req = json.loads(line)
-                    answer = self._answer(req)
-                    conn.sendall((json.dumps({"id": req.get("id"), **answer}) + "\n").encode())
+                    try:
+                        answer = self._answer(check_version(req, "the northbound API"))
+                    except ValueError as e:
+                        answer = {"ok": False, "why": str(e)}
+                    conn.sendall((json.dumps({"link_version": LINK_VERSION, "id": req.get("id"), **answer})
+                                  + "\n").encode())
         except socket.timeout:
             return   # no API process connected (it was turned off or failed to start)
         except ConnectionError:

@@ -35,7 +35,7 @@ CHUNK_RECORDS = 8192
 # while its data plane was sending, the VM's CLOCK_REALTIME stepped 1.5 s, then 12 s, against
 # CLOCK_MONOTONIC within two minutes).
 HEARTBEAT = struct.Struct("<7q")   # version, messages completed, acknowledged, planned, bytes done, planned, beats
-HEARTBEAT_VERSION = 2
+HEARTBEAT_VERSION = 3   # 3: every queue pair's live state after the record
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,23 @@
 """The API process's connection to the controller's northbound app (controllers/northbound.py):
-JSON lines over an abstract Unix socket, one request at a time, each answer carrying its id."""
+JSON lines over an abstract Unix socket, one request at a time, each answer carrying its id. Every
+message, and those over the runner's socket pair (testbed.run.northbound), carries LINK_VERSION; a
+message of another version is refused by name."""
 from __future__ import annotations
 
 import asyncio
 import itertools
 import json
 import time
+
+
+LINK_VERSION = 1
+
+
+def check_version(msg: dict, who: str) -> dict:
+    if msg.get("link_version") != LINK_VERSION:
+        raise ValueError(f"{who}: a northbound message of link_version {msg.get('link_version')!r}; this end reads "
+                         f"{LINK_VERSION}")
+    return msg
 
 
 class ControllerUnavailable(RuntimeError):
@@ -36,7 +48,7 @@ class ControllerLink:
             raise ControllerUnavailable("not connected to the controller")
         async with self._lock:
             rid = next(self._ids)
-            self._writer.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
+            self._writer.write((json.dumps({"link_version": LINK_VERSION, "id": rid, "op": op, **fields}) + "\n").encode())
             await self._writer.drain()
             try:
                 line = await asyncio.wait_for(self._reader.readline(), self.timeout_s)
@@ -46,7 +58,7 @@ class ControllerLink:
             if not line:
                 self._writer = None
                 raise ControllerUnavailable("the controller closed the northbound connection")
-            answer = json.loads(line)
+            answer = check_version(json.loads(line), "the controller's northbound app")
             if answer.get("id") != rid:
                 raise ControllerUnavailable(f"answer {answer.get('id')} to request {rid}")
             return answer

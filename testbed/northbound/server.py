@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from testbed.fabric.agent_plan import MAX_INPUT_BUSY_FRACTION, MAX_MACHINE_BUSY_FRACTION, AgentPlan
 from testbed.northbound.counters import PortCounters, ReadOnlyMaps, link_label, port_rows
-from testbed.northbound.link import ControllerLink, ControllerUnavailable
+from testbed.northbound.link import LINK_VERSION, ControllerLink, ControllerUnavailable, check_version
 from testbed.northbound.prometheus import RunCollector
 from testbed.records import read_engine_progress, read_qp_live
 from testbed.runfolder import RunFolder
@@ -81,14 +81,14 @@ class RunApi:
         async with self._runner_lock:
             self._runner_ids += 1
             rid = self._runner_ids
-            await loop.sock_sendall(self.runner, json.dumps({"id": rid, **req}).encode())
+            await loop.sock_sendall(self.runner, json.dumps({"link_version": LINK_VERSION, "id": rid, **req}).encode())
             while True:
                 try:
                     answer = json.loads(await asyncio.wait_for(loop.sock_recv(self.runner, 65536), RUNNER_TIMEOUT_S))
                 except asyncio.TimeoutError:
                     raise ControllerUnavailable(f"the runner did not answer within {RUNNER_TIMEOUT_S:g} s (its "
                                                 f"traffic phase has not started, or has ended)") from None
-                if answer.get("id") == rid:
+                if check_version(answer, "the runner").get("id") == rid:
                     return answer
 
     def qps(self) -> list[dict]:

@@ -10,6 +10,7 @@ import socket
 import sys
 
 from testbed.errors import RunFailed, SetupError
+from testbed.northbound.link import LINK_VERSION, check_version
 from testbed.northbound.server import LISTEN_HOST, TOKEN_ENV
 from testbed.paths import PROJECT_ROOT
 from testbed.run.procs import ManagedProcess, WaitFailed, tcp_listening, wait_until
@@ -62,11 +63,12 @@ class ApiProcess(ManagedProcess):
                 return
             req = json.loads(msg)
             try:
+                check_version(req, "the northbound API")
                 record = faults.request(req.get("action"), req.get("link"))
                 answer = {"id": req.get("id"), "ok": True, "fault": record}
             except ValueError as e:
                 answer = {"id": req.get("id"), "ok": False, "why": str(e)}
-            self.runner_end.send(json.dumps(answer).encode())
+            self.runner_end.send(json.dumps({"link_version": LINK_VERSION, **answer}).encode())
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         rc = super().stop(timeout_s)

@@ -79,9 +79,9 @@ class LiveRun:
 
 @pytest.fixture
 def live_run(tmp_path):
-    # at D = 40000 its traffic flows for about 8 s of wall clock: time for the reads, a change and a browser
+    # at D = 80000 its traffic flows for about 16 s of wall clock: time for the reads, changes and a browser
     run = LiveRun(tmp_path, "incast-pfc", "--set", "run.report=false", "--set", f"run.api_port={PORT}",
-                  "--set", "run.dilation=40000")
+                  "--set", "run.dilation=80000")
     yield run
     if run.proc.poll() is None:
         run.proc.terminate()
@@ -94,7 +94,7 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
     token = m.group(2)
 
     index = get("/api/v1")
-    assert index["scenario"] == "incast-pfc" and index["dilation_factor"] == 40000
+    assert index["scenario"] == "incast-pfc" and index["dilation_factor"] == 80000
     topo = get("/api/v1/topology")
     assert len(topo["switches"]) == 6 and len(topo["hosts"]) == 20   # incast-pfc's leaf-spine
     assert all("\u2192" in l["label"] for l in topo["links"])
@@ -132,6 +132,21 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
     assert len(qps) == 16 and all(0 <= q["frames_acked"] <= q["frames_sent"] for q in qps)
     assert sum(q["frames_sent"] for q in qps) > 0, "no queue pair's frames sent moved during the traffic"
     assert all(q["dcqcn_rate_gbps_hw"] is None for q in qps)   # incast-pfc runs no congestion control
+
+    # PFC pauses, from the switch agent's telemetry through the controller: the incast pauses its
+    # senders' path hop by hop in every run (incast-pfc's expectations)
+    for _ in range(50):
+        ports = get("/api/v1/ports")["ports"]
+        if any(p["pauses_sent"] for p in ports) and any(p["pauses_received"] for p in ports):
+            break
+        time.sleep(0.1)
+    assert any(p["pauses_sent"] for p in ports) and any(p["pauses_received"] for p in ports), ports
+
+    # `testbed status` prints the same, worst port first
+    out = subprocess.run(cli_argv("status", "--port", str(PORT), "--once", "--top", "5"), cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "incast-pfc" in out.stdout and "\u2192" in out.stdout, out.stdout + out.stderr
+    assert f"{len(ports)} switch ports" in out.stdout, out.stdout
 
     # a change needs the token, names a real field, and goes through the controller
     status, body = post("/api/v1/policy", {"class": "bulk", "field": "buffer_bytes", "value": "512KiB"}, None)

@@ -226,7 +226,7 @@ def write_heartbeat(path, qps):
     for i, q in enumerate(qps):
         for k, v in q.items():
             rec[k][i] = v
-    path.write_bytes(HEARTBEAT.pack(2, 1, 1, 4, 100, 400, 7) + rec.tobytes())
+    path.write_bytes(HEARTBEAT.pack(3, 1, 1, 4, 100, 400, 7) + rec.tobytes())
 
 
 def test_the_queue_pairs_are_read_from_the_data_planes_heartbeat(api):
@@ -257,3 +257,12 @@ def test_the_fidelity_so_far_is_open_vswitchs_backlog_against_the_verdicts_limit
     assert api.fidelity(None)["ovs_input_busy_fraction"] is None   # before the agent's first summary
     r = TestClient(make_app(api)).get("/api/v1/fidelity").json()["fidelity"]
     assert "judged_after_the_traffic" in r
+
+
+def test_a_northbound_message_of_another_version_is_refused_by_name():
+    from testbed.northbound.link import LINK_VERSION, check_version
+    assert check_version({"link_version": LINK_VERSION, "id": 1}, "x")["id"] == 1
+    with pytest.raises(ValueError, match="the runner: .*link_version 0"):
+        check_version({"link_version": 0}, "the runner")
+    with pytest.raises(ValueError, match="link_version None"):
+        check_version({"id": 1}, "the runner")

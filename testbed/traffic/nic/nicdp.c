@@ -774,7 +774,7 @@ static int64_t to_mono(engine *E, int64_t real, int64_t lo, int64_t hi) {
 struct qp_live { double rate, target, alpha; int64_t una, next, retransmitted, cnps, cuts; };
 
 static void beat(engine *E, int fd, int64_t messages) {
-    int64_t rec[7] = {2, E->completed, E->acked, messages, E->net_bytes_done, E->net_bytes_total, ++E->beats};
+    int64_t rec[7] = {3, E->completed, E->acked, messages, E->net_bytes_done, E->net_bytes_total, ++E->beats};
     if (pwrite(fd, rec, sizeof rec, 0) != (ssize_t)sizeof rec) futimens(fd, NULL);
     if (!E->live) return;
     for (int i = 0; i < E->P->n_flows; i++) {
