@@ -46,6 +46,11 @@ SABOTAGE = {
     # fabric.bw_gbps=50: 1333.3 us for the flagship's ring), far outside the measured spread
     # (714.0-716.3 us over 25 runs)
     "allreduce-torus": [("fabric.bw_gbps=50", "collective.mean_time_s", 0.0013332912)],
+    "allreduce-torus3d": [("fabric.bw_gbps=50", "collective.mean_time_s", 0.0013332912)],
+    # DDP's and the hybrid's iterations hide part of their communication behind compute; their
+    # bounds at half rate still hold every exposed byte (1514.4 and 1475.5 us)
+    "ddp-torus": [("fabric.bw_gbps=50", "collective.mean_time_s", 0.00151440512)],
+    "hybrid-torus": [("fabric.bw_gbps=50", "collective.mean_time_s", 0.00147551904)],
     # without go-back-N nothing is resent, while the port drops and frames are lost (its
     # expectations say it must drop; its losses are not tracked, their spread admits any count)
     "lossy-fabric": [("transport.reliability=none", "packets.retransmitted", 0, {"packets.lost": 1})],
