@@ -126,15 +126,17 @@ class PortQosObject:
 
 
 class MappedArrays:
-    """numpy views of the object's array maps, from their file descriptors (in any process)."""
+    """numpy views of the object's array maps, from their file descriptors (in any process); a
+    reader's (the northbound API) mapped read-only."""
 
-    def __init__(self, map_fds: dict[str, int], names=tuple(MAPS)):
+    def __init__(self, map_fds: dict[str, int], names=tuple(MAPS), writable: bool = True):
         self._mmaps = []
         self.views: dict[str, np.ndarray] = {}
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         for name in names:
             dtype, n = MAPS[name]
             size = -(-dtype.itemsize * n // mmap.PAGESIZE) * mmap.PAGESIZE
-            mm = mmap.mmap(map_fds[name], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = mmap.mmap(int(map_fds[name]), size, mmap.MAP_SHARED, prot)
             self._mmaps.append(mm)
             self.views[name] = np.frombuffer(mm, dtype=dtype, count=n)
 

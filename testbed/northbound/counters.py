@@ -10,13 +10,11 @@ Gb/s of the fabric it stands for, and its utilisation is the same 80% in both.""
 from __future__ import annotations
 
 import collections
-import mmap
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from testbed.fabric import bpfmaps
 from testbed.fabric.agent_plan import AgentPlan
 from testbed.fabric.qos import switch_port_slots
 from topologies.model import Fabric
@@ -44,19 +42,6 @@ class Row:
     queue: int          # row in the queues map
     slot: int           # the port's slot (the corrupt map's row)
     bw_mbps: float      # the link's emulated rate
-
-
-class ReadOnlyMaps:
-    """The port program's array maps, mapped read-only from inherited file descriptors."""
-
-    def __init__(self, map_fds: dict[str, int], names=("queues", "corrupt")):
-        self._mmaps, self.views = [], {}
-        for name in names:
-            dtype, n = bpfmaps.MAPS[name]
-            size = -(-dtype.itemsize * n // mmap.PAGESIZE) * mmap.PAGESIZE
-            mm = mmap.mmap(int(map_fds[name]), size, mmap.MAP_SHARED, mmap.PROT_READ)
-            self._mmaps.append(mm)
-            self.views[name] = np.frombuffer(mm, dtype=dtype, count=n)
 
 
 def port_rows(plan: AgentPlan, fabric: Fabric) -> list[Row]:

@@ -28,10 +28,12 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from testbed.fabric.agent_plan import MAX_INPUT_BUSY_FRACTION, MAX_MACHINE_BUSY_FRACTION, AgentPlan
-from testbed.northbound.counters import PortCounters, ReadOnlyMaps, link_label, port_rows
+from testbed.fabric.bpfmaps import MappedArrays
+from testbed.northbound.counters import PortCounters, link_label, port_rows
 from testbed.northbound.link import LINK_VERSION, ControllerLink, ControllerUnavailable, check_version
 from testbed.northbound.prometheus import RunCollector
 from testbed.records import read_engine_progress, read_qp_live
+from testbed.run.cpu import stat_totals
 from testbed.runfolder import RunFolder
 from topologies.model import Fabric
 
@@ -55,7 +57,7 @@ class RunApi:
         self._runner_ids = 0
         self.rf = RunFolder(run_dir)
         self.flows = None   # the engine's queue pairs, read from its plan once it is there
-        self.cpu0 = machine_cpu()
+        self.cpu0 = stat_totals()
         self.fabric = Fabric.from_json(self.rf.fabric.read_text())
         self.scenario = json.loads(self.rf.scenario.read_text())
         self.dilation = float(self.scenario.get("dilation", {}).get("factor") or 1.0)
@@ -115,7 +117,7 @@ class RunApi:
     def fidelity(self, telemetry: dict | None) -> dict:
         """What can be seen of the fidelity verdict's inputs during the traffic: the machine's CPU
         since the API came up, and Open vSwitch's input backlog in the switch agent's samples."""
-        now = machine_cpu()
+        now = stat_totals()
         total, idle, steal = (now[i] - self.cpu0[i] for i in range(3))
         samples, busy = ((telemetry or {}).get("ovs_input") or [0, 0])
         return {"machine_busy_fraction": 1 - idle / total if total else None,
@@ -147,12 +149,6 @@ class RunApi:
     def header(self) -> dict:
         return {"api_version": API_VERSION, "run": self.rf.root.name, "scenario": self.scenario.get("name"),
                 "dilation_factor": self.dilation, "t_s": (time.monotonic_ns() - self.started_ns) / 1e9}
-
-
-def machine_cpu() -> tuple[int, int, int]:
-    """/proc/stat's all-CPU ticks: total, idle (with iowait), steal."""
-    v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return sum(v[:8]), v[3] + v[4], v[7]
 
 
 def authorised(api: RunApi, request: Request) -> bool:
@@ -315,7 +311,7 @@ def main(argv=None) -> int:
         return 2
     rf = RunFolder(args.run_dir)
     plan = AgentPlan.from_json(json.loads(rf.agent_plan.read_text()))
-    maps = ReadOnlyMaps(plan.map_fds)
+    maps = MappedArrays(plan.map_fds, names=("queues", "corrupt"), writable=False)
     fabric = Fabric.from_json(rf.fabric.read_text())
     dilation = float(json.loads(rf.scenario.read_text()).get("dilation", {}).get("factor") or 1.0)
     counters = PortCounters(port_rows(plan, fabric), maps.views["queues"], maps.views["corrupt"], dilation)

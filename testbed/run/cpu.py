@@ -7,7 +7,8 @@ from pathlib import Path
 from testbed.run.procs import CLOCK_TICKS, process_cpu_ticks
 
 
-def _stat_totals() -> tuple[int, int, int]:
+def stat_totals() -> tuple[int, int, int]:
+    """/proc/stat's all-CPU ticks: total, idle (with iowait), steal."""
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     # steal: time the hypervisor ran something else on this VM's CPUs, which no process here can
@@ -24,12 +25,12 @@ class CpuMeter:
 
     def begin(self) -> None:
         self.t0 = time.monotonic()
-        self.total0, self.idle0, self.steal0 = _stat_totals()
+        self.total0, self.idle0, self.steal0 = stat_totals()
         self.proc0 = {k: process_cpu_ticks(pid) for k, pid in self.processes.items()}
 
     def end(self) -> dict:
         wall = time.monotonic() - self.t0
-        total1, idle1, steal1 = _stat_totals()
+        total1, idle1, steal1 = stat_totals()
         busy = 1.0 - (idle1 - self.idle0) / max(1, total1 - self.total0)
         out = {"wall_s": wall, "machine_busy_fraction": busy,
                "steal_fraction": (steal1 - self.steal0) / max(1, total1 - self.total0), "processes_cores": {}}
