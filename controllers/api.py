@@ -43,12 +43,23 @@ class EventSetQueuePolicy(event.EventRequestBase):
     port ``port``. Values are bytes and fractions as in a scenario file, never dilated. Per port,
     the ECN fields, the PFC thresholds, the buffer and the weight; ``pfc`` itself (which queues are
     lossless, and so the pause map) only for a whole class. A weight only under weighted
-    scheduling."""
+    scheduling.
 
-    def __init__(self, class_name: str, field: str, value, switch: str | None = None, port: int | None = None):
+    ``fields`` instead of field and value: several fields of the class at once ({field: value}, in
+    order), taken or refused whole and sent to the switch agent in one update, so that no frame
+    meets a profile half changed (the ECN tuning moves Kmin, Kmax and Pmax together)."""
+
+    def __init__(self, class_name: str, field: str | None = None, value=None, switch: str | None = None,
+                 port: int | None = None, *, fields: dict | None = None):
         super().__init__()
+        if (fields is None) == (field is None):
+            raise ValueError("EventSetQueuePolicy takes field and value, or fields")
         self.dst = QOS_APP
-        self.class_name, self.field, self.value, self.switch, self.port = class_name, field, value, switch, port
+        self.fields = dict(fields) if fields is not None else {field: value}
+        if not self.fields:
+            raise ValueError("EventSetQueuePolicy: fields is empty")
+        self.field, self.value = next(iter(self.fields.items()))
+        self.class_name, self.switch, self.port = class_name, switch, port
 
 
 class EventSetQueuePolicyReply(event.EventReplyBase):

@@ -29,7 +29,7 @@ from testbed.scenario import Scenario
 from topologies.model import Fabric
 
 LISTEN_HOST = "127.0.0.1"
-APPS = ("proactive_routing", "qos_policy", "northbound")
+APPS = ("proactive_routing", "qos_policy", "northbound", "ecn_tuning")
 
 
 @dataclass

@@ -161,34 +161,37 @@ class QosPolicy(app_manager.OSKenApp):
 
     @set_ev_cls(EventSetQueuePolicy)
     def set_queue_policy(self, req):
-        """Another app's change to the policy: checked in full here (the value as a scenario file's,
+        """Another app's change to the policy: checked in full here (each value as a scenario file's,
         the resulting policy as the agent would take it), answered, and handed to the agent link's
-        thread; a refused one changes nothing."""
+        thread; a refused one changes nothing, and one of several fields is taken or refused whole."""
         where = f"{req.src} EventSetQueuePolicy"
         try:
-            if req.field not in POLICY_FIELDS:
-                raise InputError(where, req.field, f"expected one of {', '.join(POLICY_FIELDS)}")
-            why = policy_field_refused(req.field, self.sc.qos.scheduling)
-            if why:
-                raise InputError(where, req.field, why)
             names = [c.name for c in self.sc.classes]
             if req.class_name not in names:
                 raise InputError(where, "class_name", f"no class {req.class_name!r}; classes: {', '.join(names)}")
-            value = check_class_value(where, req.field, req.value)
+            if req.switch is not None and (req.switch not in self.fabric.ports
+                                           or req.port not in self.fabric.ports[req.switch]):
+                raise InputError(where, "port", f"no port {req.port!r} on switch {req.switch!r}")
             sc, settings = self.sc, dict(self.port_settings)
-            if req.switch is None:
-                sc = sc.with_class_change(req.class_name, req.field, value)
-                reached = sum(len(p) for p in self.fabric.ports.values())
-            else:
-                if req.switch not in self.fabric.ports or req.port not in self.fabric.ports[req.switch]:
-                    raise InputError(where, "port", f"no port {req.port!r} on switch {req.switch!r}")
-                key = qos.queue_key(self.fabric.intf_name(req.switch, req.port), names.index(req.class_name))
-                settings[key] = {**settings.get(key, {}), req.field: value}
-                reached = 1
+            values = {}
+            for field, raw in req.fields.items():
+                if field not in POLICY_FIELDS:
+                    raise InputError(where, field, f"expected one of {', '.join(POLICY_FIELDS)}")
+                why = policy_field_refused(field, self.sc.qos.scheduling)
+                if why:
+                    raise InputError(where, field, why)
+                values[field] = value = check_class_value(where, field, raw)
+                if req.switch is None:
+                    sc = sc.with_class_change(req.class_name, field, value)
+                else:
+                    key = qos.queue_key(self.fabric.intf_name(req.switch, req.port), names.index(req.class_name))
+                    settings[key] = {**settings.get(key, {}), field: value}
+            reached = sum(len(p) for p in self.fabric.ports.values()) if req.switch is None else 1
             self._compute(sc, settings)   # refuses what the agent could not take
         except (InputError, ValueError) as e:
             self.event_log.write("qos_app_request_refused", app=req.src, class_name=req.class_name,
-                                 field=req.field, value=req.value, switch=req.switch, port=req.port, why=str(e))
+                                 field=req.field, value=req.value, fields=req.fields, switch=req.switch,
+                                 port=req.port, why=str(e))
             self.reply_to_request(req, EventSetQueuePolicyReply(req.src, ok=False, why=str(e)))
             return
         self.sc, self.port_settings = sc, settings
@@ -196,5 +199,6 @@ class QosPolicy(app_manager.OSKenApp):
         if sent:
             self._changed_by_apps = True
         self.event_log.write("qos_app_request", app=req.src, class_name=req.class_name, field=req.field,
-                             value=value, switch=req.switch, port=req.port, queues=reached, sent_now=sent)
+                             value=values[req.field], fields=values, switch=req.switch, port=req.port,
+                             queues=reached, sent_now=sent)
         self.reply_to_request(req, EventSetQueuePolicyReply(req.src, ok=True, queues=reached, sent=sent))

@@ -89,6 +89,18 @@ SECTIONS: dict[str, dict] = {
                     "headroom_overruns": arr(OPEN), "paused_time": arr(OPEN), "resume_release": null(OPEN),
                     "deadlock": null(OPEN), "deadlocked": BOOL},
                    {"pauses_per_mb": null(NUM)}),
+    }, {
+        # controller.ecn_tuning = "adaptive" (testbed.analysis.ecn_tuning); absent otherwise
+        "ecn_tuning": obj({"mode": STR, "target": OPEN, "window_us": NUM, "window_wall_s": NUM, "changes": NUM,
+                           "classes": mapping(obj({
+                               "start": OPEN, "end": OPEN, "changes": NUM, "harder": NUM, "gentler": NUM,
+                               "windows": NUM, "judged_windows": NUM, "met_windows": NUM,
+                               "met_share_second_half": null(NUM), "last_change_us": null(NUM),
+                               "judged_since_last_change": NUM, "settled": BOOL,
+                               "p99_bytes_second_half": null(NUM), "utilisation_second_half": null(NUM),
+                               "kmin_bytes_second_half": null(arr(NUM)), "converged": BOOL,
+                               "refused": arr(STR)})),
+                           "history": arr(OPEN)}),
     })),
     "latency_by_dscp_us": mapping(obj({"packets": NUM, "p50": null(NUM), "p99": null(NUM)})),
     "latency_by_class_us": mapping(obj({"packets": NUM, "mean_us": null(NUM), "min_us": null(NUM),

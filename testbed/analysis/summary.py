@@ -28,6 +28,7 @@ import pandas as pd
 
 from testbed.analysis import fidelity, losses, tables
 from testbed.analysis import links as link_analysis
+from testbed.analysis.ecn_tuning import ecn_tuning_section
 from testbed.analysis.flows import class_latency, class_of_dscp, fct_table, latency_table, slowdown_summary
 from testbed.analysis.hardware import dilation_section, emulator_latency
 from testbed.analysis.hosts import host_fidelity, nic_queues
@@ -208,6 +209,10 @@ def analyze(run_dir: Path | str) -> dict:
     sc, engine = inp.scenario, inp.engine
     faults = tables.fault_table(rf, t.packets)
     qos = qos_summary(rf, t.telemetry, t.pfc_events)
+    tuning, tuning_windows = ecn_tuning_section(rf, inp.engine["start_ns"], tables.dilation_factor(sc))
+    if qos and tuning:
+        qos["ecn_tuning"] = tuning
+        write_table(tuning_windows, rf, "ecn_tuning")
     acc = losses.account(inp, t, faults, qos["queues"]["buffer_drops"] if qos else 0, qp_event_table(rf))
     packets = losses.packets_section(acc, inp, t)
     frame = tables.frame_bytes(t.packets, sc)

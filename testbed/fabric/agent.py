@@ -139,6 +139,11 @@ class Agent:
         self.stop_requested = False
         self.scheduling = "default"
         self.controller: ControllerLink | None = None
+        # what the ECN tuning reads (plan.ecn_reports): each queue's ECT arrivals by depth bucket and
+        # marks, and its port's bytes sent, since the last report
+        self._port_of_row = np.unique([q.ifname for q in self.queues], return_inverse=True)[1] \
+            if len(self.queues) else np.zeros(0, dtype=np.int64)
+        self._last_ecn = self._ecn_counters()
 
     # -- policy ------------------------------------------------------------------------------
 
@@ -315,6 +320,31 @@ class Agent:
 
     # -- telemetry ---------------------------------------------------------------------------
 
+    def _ecn_counters(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per plan row: ECT arrivals by depth bucket, marks; per port: bytes sent (every class)."""
+        rows = self.qidx
+        deq = self.maps.queues["deq_bytes"][rows].astype(np.float64)
+        return (self.maps.hists["ect"][rows], self.maps.queues["mark_pkts"][rows],
+                np.bincount(self._port_of_row, weights=deq) if len(rows) else deq)
+
+    def ecn_report(self) -> list:
+        """Each queue that took ECT frames since the last report: [port, class, bucket bytes,
+        [[bucket, ECT arrivals], ...], marks, the port's bytes sent]. Deltas, so the reader needs no
+        state of the agent's; a report lost costs its reader a window, not a wrong one."""
+        ect, marks, port_deq = self._ecn_counters()
+        last_ect, last_marks, last_deq = self._last_ecn
+        self._last_ecn = (ect, marks, port_deq)
+        d_ect = ect - last_ect
+        busy = np.flatnonzero(d_ect.sum(axis=1))
+        width = self.maps.profiles["hist_bucket_bytes"][self.qidx]
+        out = []
+        for r in busy:
+            b = np.flatnonzero(d_ect[r])
+            out.append([self.queues[r].ifname, int(self.queues[r].cls), int(width[r]),
+                        [[int(i), int(d_ect[r, i])] for i in b], int(marks[r] - last_marks[r]),
+                        int(port_deq[self._port_of_row[r]] - last_deq[self._port_of_row[r]])])
+        return out
+
     def report(self, now: int, q: np.ndarray) -> None:
         """A summary for the controller: the deepest queues, totals, what is paused (each paused
         leaf, since when, and the queues holding it paused)."""
@@ -333,7 +363,8 @@ class Agent:
             paused_ports=len(self.pfc.causes), pauses=self.pauses, paused=paused,
             pause_counts=[[self.leaves[leaf].ifname, self.leaves[leaf].cls, n, ended_ns]
                           for leaf, (n, ended_ns) in self.leaf_pauses.items()],
-            ovs_input=[self.inputs.samples, self.inputs.busy_samples]))
+            ovs_input=[self.inputs.samples, self.inputs.busy_samples],
+            ecn_queues=self.ecn_report() if self.plan.ecn_reports else []))
 
     # -- the loop ----------------------------------------------------------------------------
 

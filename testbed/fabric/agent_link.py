@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from testbed.fabric.qos import IngressProfile, PortPolicy, QueueProfile
 from testbed.jsonrecord import ClassKeyed
 
-LINK_VERSION = 3   # 2: the classes' weights (policy and update), the paused leaves (telemetry); 3: pause counts and Open vSwitch's input backlog
+LINK_VERSION = 4   # 2: the classes' weights (policy and update), the paused leaves (telemetry); 3: pause counts and Open vSwitch's input backlog; 4: the ECN tuning's per-queue deltas
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,9 @@ class TelemetrySummary(_Report):
     pause_counts: list = dataclasses.field(default_factory=list)
     # Open vSwitch's input backlog so far: [samples, samples with a port over the busy threshold]
     ovs_input: list = dataclasses.field(default_factory=list)
+    # with ECN tuning on, each queue that took ECT frames since the last report (Agent.ecn_report):
+    # [port, class, bucket bytes, [[bucket, ECT arrivals], ...], marks, the port's bytes sent]
+    ecn_queues: list = dataclasses.field(default_factory=list)
     TYPE = "telemetry"
 
 

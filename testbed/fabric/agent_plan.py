@@ -98,6 +98,8 @@ class AgentPlan:
     # samples that could take, the rung's verdict is settled and the agent says so (raw/behind.json),
     # for the runner to stop it. 0: never (any other run goes on to its verdict).
     give_up_after_s: float = 0.0
+    # ECN tuning on: every telemetry summary carries the marking queues' deltas (Agent.ecn_report)
+    ecn_reports: bool = False
     plan_version: int = AGENT_PLAN_VERSION
 
     @property

@@ -57,11 +57,16 @@ class QueueProfile:
     pfc_on: bool
     xoff_bytes: int
     xon_bytes: int
+    # the depth the marking histogram's 32 buckets span; 0: twice Kmax (the whole buffer without ECN).
+    # Under ECN tuning it is fixed by the tuning's bounds, so that a queue's buckets keep one width
+    # however its Kmax moves, and reach past the queue budget the tuning reads from them.
+    hist_span_bytes: int = 0
 
     @property
     def hist_bucket_bytes(self) -> int:
         """The width of the marking histogram's depth buckets (32 of them)."""
-        return max(1, (2 * self.kmax_bytes if self.ecn_on else self.limit_bytes) // 32)
+        span = self.hist_span_bytes or (2 * self.kmax_bytes if self.ecn_on else self.limit_bytes)
+        return max(1, span // 32)
 
     def bpf_row(self) -> tuple:
         """The BPF map's struct profile, in testbed.fabric.bpfmaps.PROFILE's field order: the one place
@@ -74,7 +79,8 @@ class QueueProfile:
 
     @classmethod
     def from_json(cls, d: dict) -> "QueueProfile":
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d
+                      or f.default is dataclasses.MISSING})
 
 
 def class_of_dscp(sc: Scenario) -> list[int]:
@@ -165,9 +171,24 @@ def queue_profile(sc: Scenario, c: ClassSpec, upstream_bps: list[float], reactio
     headroom = c.headroom_bytes or in_flight
     xoff = c.xoff_bytes or max(2 * frame, buffer - headroom)
     xon = c.xon_bytes or max(2 * frame, min(xoff - 2 * frame, buffer - headroom - burst))
-    return QueueProfile(limit_bytes=buffer, ecn_on=sc.qos.ecn and c.ecn, kmin_bytes=c.ecn_kmin_bytes,
+    ecn_on = sc.qos.ecn and c.ecn
+    tuned = ecn_on and sc.controller.ecn_tuning == "adaptive"
+    return QueueProfile(limit_bytes=buffer, ecn_on=ecn_on, kmin_bytes=c.ecn_kmin_bytes,
                         kmax_bytes=max(c.ecn_kmax_bytes, c.ecn_kmin_bytes), pmax=c.ecn_pmax, pfc_on=pfc,
-                        xoff_bytes=xoff, xon_bytes=xon)
+                        xoff_bytes=xoff, xon_bytes=xon,
+                        hist_span_bytes=ecn_tuning_span_bytes(sc) if tuned else 0)
+
+
+# the depth a tuned queue's histogram spans, in queue budgets: the budget's bucket is the 8th of 32,
+# fine enough to place a 99th percentile around it (a span from the highest Kmax the tuning may set,
+# 2 MB by default, made the buckets 125 KB wide against a 200 KB budget: dcqcn-incast, 2026-12-06)
+TUNING_SPAN_BUDGETS = 4
+
+
+def ecn_tuning_span_bytes(sc: Scenario) -> int:
+    """The depth a tuned queue's marking histogram spans: TUNING_SPAN_BUDGETS queue budgets (a
+    deeper queue counts in the last bucket, which the tuning reads as over budget either way)."""
+    return TUNING_SPAN_BUDGETS * sc.controller.ecn_tuning_queue_p99_bytes
 
 
 def switch_port_slots(fabric: Fabric) -> dict[tuple[str, int], int]:

@@ -153,6 +153,11 @@ def mechanisms(sc: Scenario, datapath: str) -> dict[str, str]:
         "qos_policy": f"os-ken {sc.controller.qos_app}: computes the port policy from the classes and "
                       f"routes, sends it to the switch agent, logs its reports and decisions",
         "telemetry": f"switch agent reads BPF queue counters (mmap) at {sc.qos.telemetry_hz:g} Hz",
+        "ecn_tuning": (f"os-ken ecn_tuning: every marking class's Kmin, Kmax and Pmax moved from the agent's "
+                       f"per-queue deltas (10 reports a second), windows of "
+                       f"{sc.controller.ecn_tuning_window_us:g} us hardware time, toward queue p99 <= "
+                       f"{sc.controller.ecn_tuning_queue_p99_bytes} B at utilisation >= "
+                       f"{sc.controller.ecn_tuning_utilisation:g}") if sc.controller.ecn_tuning == "adaptive" else "off",
         "offloads": "off on every veth" if datapath == "user" else "unchanged",
         "traffic": f"compiled NIC data plane (testbed/traffic/nic/nicdp.c) in one process; per host an AF_PACKET "
                    f"socket per NIC class, opened in its namespace, batched I/O (sendmmsg/recvmmsg) "
@@ -203,6 +208,8 @@ def _emulate(sc, fabric, messages, run_dir, record, datapath, manifest, log, pro
     # with controller.remote the testbed's controller keeps only the QoS app, which no switch connects to
     apps = [a for a in (sc.controller.app, sc.controller.qos_app) if a != "none"
             and not (sc.controller.remote and a == sc.controller.app)]
+    if sc.controller.ecn_tuning == "adaptive":
+        apps.append("ecn_tuning")
     params = {"agent_socket": agent_socket}
     if api_port:
         apps.append("northbound")
@@ -302,7 +309,8 @@ def build_agent_plan(sc, ports, out_dir: str, agent_socket: str) -> AgentPlan:
         # tens of thousands of frames, to its time limit (2026-12-05, CI: the 40 Mb/s rungs of the
         # 4x4 torus, the 2x2x4 torus and the k=4 fat-tree took 34-40 s each, Open vSwitch behind
         # in 30-87% of samples)
-        give_up_after_s=sc.run.time_limit_s + AGENT_STOP_S if sc.dilation.chosen_by == "calibration" else 0.0)
+        give_up_after_s=sc.run.time_limit_s + AGENT_STOP_S if sc.dilation.chosen_by == "calibration" else 0.0,
+        ecn_reports=sc.controller.ecn_tuning == "adaptive")
 
 
 def _traffic(sc, fabric, net, plan: EnginePlan, rf: RunFolder, ctl, record, manifest, log, agent, progress,

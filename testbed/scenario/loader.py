@@ -147,6 +147,8 @@ def _check_settings(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
         if not sc.qos.ecn or (cls is not None and not cls.ecn) or not w.ect:
             raise InputError(where, "transport.cc", "dcqcn reacts to ECN marks: it needs qos.ecn = true, a class "
                              f"with ecn = true for workload.dscp {w.dscp} and workload.ect = true")
+    if c.ecn_tuning == "adaptive":
+        _check_ecn_tuning(where, sc)
     frame = w.payload_bytes + HEADER_BYTES
     if frame > f.mtu_bytes + 14:
         raise InputError(where, "workload.payload_bytes",
@@ -155,6 +157,33 @@ def _check_settings(where: str, sc: Scenario, fabric_keys: set[str]) -> None:
     if f.queue_limit_bytes < 2 * frame:
         raise InputError(where, "fabric.queue_limit_bytes",
                          f"must hold at least two {frame}-byte frames, got {f.queue_limit_bytes}")
+
+
+def _check_ecn_tuning(where: str, sc: Scenario) -> None:
+    """Adaptive ECN tuning: something to tune, bounds that are bounds, and every marking class
+    starting inside them (the app moves a profile, it never jumps one into its bounds)."""
+    c = sc.controller
+    marking = [k for k in sc.classes if k.ecn]
+    if not sc.qos.ecn or not marking:
+        raise InputError(where, "controller.ecn_tuning", "adaptive tunes the marking classes: it needs qos.ecn = true "
+                         "and a class with ecn = true")
+    for name, (lo, hi) in (("ecn_tuning_kmin_bytes", c.ecn_tuning_kmin_bytes),
+                           ("ecn_tuning_kmax_bytes", c.ecn_tuning_kmax_bytes)):
+        if lo > hi:
+            raise InputError(where, f"controller.{name}", f"expected [lo, hi] with lo <= hi, got [{lo}, {hi}]")
+    if c.ecn_tuning_pmax_min > c.ecn_tuning_pmax_max:
+        raise InputError(where, "controller.ecn_tuning_pmax_min", f"must not exceed ecn_tuning_pmax_max "
+                         f"({c.ecn_tuning_pmax_max}), got {c.ecn_tuning_pmax_min}")
+    for i, k in enumerate(sc.classes):
+        if not k.ecn:
+            continue
+        for field, value, (lo, hi) in (("ecn_kmin_bytes", k.ecn_kmin_bytes, c.ecn_tuning_kmin_bytes),
+                                       ("ecn_kmax_bytes", max(k.ecn_kmax_bytes, k.ecn_kmin_bytes),
+                                        c.ecn_tuning_kmax_bytes),
+                                       ("ecn_pmax", k.ecn_pmax, (c.ecn_tuning_pmax_min, c.ecn_tuning_pmax_max))):
+            if not lo <= value <= hi:
+                raise InputError(where, f"classes[{i}].{field}", f"is {value}, outside controller.ecn_tuning's "
+                                 f"bounds [{lo}, {hi}]: adaptive tuning starts from the class's profile")
 
 
 def _check_workload_shape(where: str, sc: Scenario, fabric) -> None:

@@ -94,6 +94,26 @@ class ControllerSpec:
                        "tables forward every host pair the workload uses, after a warm-up frame each way for a "
                        "reactive controller (testbed/run/remote.py); the QoS app still sends the port policy to the "
                        "switch agent (docs/controller-apps.md)", "str")
+    ecn_tuning: str = spec("off", "ECN tuning in the loop: adaptive runs the ecn_tuning app (controllers/), which "
+                           "reads the switch agent's telemetry and moves every marking class's Kmin, Kmax and Pmax "
+                           "within the ecn_tuning_* bounds toward queue p99 <= ecn_tuning_queue_p99_bytes at "
+                           "utilisation >= ecn_tuning_utilisation on the ports that mark (docs/ecn-tuning.md)", "str",
+                           choices=("off", "adaptive"))
+    ecn_tuning_queue_p99_bytes: int = spec(200_000, "adaptive: the queue budget, the 99th percentile of the depth ECN-"
+                                           "capable frames find at a marking port, bytes", "bytes", 1000, 64 << 20)
+    ecn_tuning_utilisation: float = spec(0.95, "adaptive: the least share of its rate a marking port must send",
+                                         "float", 0.1, 1.0)
+    ecn_tuning_kmin_bytes: tuple = spec((10_000, 1_000_000), "adaptive: the bounds of Kmin, bytes [lo, hi]",
+                                        "int_list", 1, 64 << 20, length=(2, 2))
+    ecn_tuning_kmax_bytes: tuple = spec((10_000, 2_000_000), "adaptive: the bounds of Kmax, bytes [lo, hi]",
+                                        "int_list", 1, 64 << 20, length=(2, 2))
+    ecn_tuning_pmax_min: float = spec(0.01, "adaptive: the least Pmax", "float", 0.0, 1.0)
+    ecn_tuning_pmax_max: float = spec(1.0, "adaptive: the most Pmax", "float", 0.0, 1.0)
+    ecn_tuning_window_us: float = spec(200.0, "adaptive: how long the app looks before it judges, in hardware time "
+                                       "(at least the switch agent's report period, 100 ms of wall-clock time)",
+                                       "float", 1.0, 1e6)
+    ecn_tuning_hysteresis_windows: int = spec(2, "adaptive: windows in a row that must ask for the same move before "
+                                              "the app makes it", "int", 1, 100)
     qos_app: str = spec("qos_policy", "os-ken app in controllers/ that owns the port QoS policy (sends it to "
                         "the switch agent, receives its telemetry and events, changes it at run time)",
                         "str", choices=("qos_policy",))

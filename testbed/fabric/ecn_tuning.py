@@ -1,0 +1,215 @@
+"""ECN tuning in the loop: the decisions of the ecn_tuning app (controllers/ecn_tuning.py), pure.
+
+"AI ECN" modules of RoCE switches move Kmin, Kmax and Pmax from telemetry instead of setting them
+once. This one works per marking class, on every port at once, toward a target an operator states:
+the queue ECN-capable frames find at a marking port stays under a byte budget at its 99th
+percentile, while the marking ports still send at least a share of their rate.
+
+- **Evidence.** A window (controller.ecn_tuning_window_us of hardware time, at least one of the
+  switch agent's reports) adds up, per queue of the class, the agent's deltas: ECT arrivals by the
+  depth they found (the port program's marking histogram), marks, and the port's bytes sent. The
+  queues judged are the ones that marked, or found a depth at Kmin or above, with enough arrivals
+  for a 99th percentile (MIN_ARRIVALS). Their worst p99 is set against the budget, and the bytes
+  their ports sent against what the ports could have sent.
+- **The move.** Under the utilisation target, the marking starves its ports: gentler. At or above
+  it with the queue over budget: harder. Both met: hold. No queue judged: no evidence either way.
+- **One knob.** Gentler and harder are one scale a on the class's starting profile: Kmin / a,
+  Kmax / a, Pmax x a, each held to its bounds, a itself only as far as some knob still moves.
+- **Hysteresis.** A move needs the same call in hysteresis_windows windows in a row; the window
+  after a move is not judged (DCQCN takes its own timers to answer a new profile), nor the first
+  (the traffic's ramp). The step starts
+  at a factor of 2, halves (in log) at every reversal, down to 1.1, and doubles back after three
+  moves the same way: it closes in on the boundary of the target and still follows a traffic
+  change.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STEP_START = 2.0
+STEP_MIN = 1.1
+SAME_WAY_TO_GROW = 3
+MIN_ARRIVALS = 100   # ECT arrivals a queue needs in a window for its 99th percentile to be judged
+SETTLE_WINDOWS = 1
+HOLD, HARDER, GENTLER, IDLE, SETTLING = "hold", "harder", "gentler", "idle", "settling"
+
+
+@dataclass(frozen=True)
+class Profile:
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+
+    def fields(self) -> dict:
+        """As EventSetQueuePolicy's fields, in an order valid at every step of a move."""
+        return {"ecn_kmin_bytes": self.kmin_bytes, "ecn_kmax_bytes": self.kmax_bytes, "ecn_pmax": self.pmax}
+
+    def to_json(self) -> dict:
+        return {"kmin_bytes": self.kmin_bytes, "kmax_bytes": self.kmax_bytes, "pmax": self.pmax}
+
+
+@dataclass(frozen=True)
+class Target:
+    queue_p99_bytes: int
+    utilisation: float
+    kmin_bytes: tuple[int, int]
+    kmax_bytes: tuple[int, int]
+    pmax: tuple[float, float]
+    hysteresis_windows: int
+
+    @classmethod
+    def of(cls, controller) -> "Target":
+        """From a scenario's [controller] (testbed.scenario.ControllerSpec)."""
+        c = controller
+        return cls(queue_p99_bytes=c.ecn_tuning_queue_p99_bytes, utilisation=c.ecn_tuning_utilisation,
+                   kmin_bytes=tuple(c.ecn_tuning_kmin_bytes), kmax_bytes=tuple(c.ecn_tuning_kmax_bytes),
+                   pmax=(c.ecn_tuning_pmax_min, c.ecn_tuning_pmax_max),
+                   hysteresis_windows=c.ecn_tuning_hysteresis_windows)
+
+
+def _clamp(v, bounds):
+    return min(max(v, bounds[0]), bounds[1])
+
+
+def scaled(start: Profile, a: float, t: Target) -> Profile:
+    """The starting profile at aggressiveness a, each knob held to its bounds."""
+    kmin = int(round(_clamp(start.kmin_bytes / a, t.kmin_bytes)))
+    kmax = int(round(_clamp(start.kmax_bytes / a, t.kmax_bytes)))
+    return Profile(kmin_bytes=kmin, kmax_bytes=max(kmax, kmin), pmax=round(_clamp(start.pmax * a, t.pmax), 6))
+
+
+def a_bounds(start: Profile, t: Target) -> tuple[float, float]:
+    """How far a goes each way before no knob moves any more."""
+    gentle = [start.kmin_bytes / t.kmin_bytes[1], start.kmax_bytes / t.kmax_bytes[1]]
+    hard = [start.kmin_bytes / t.kmin_bytes[0], start.kmax_bytes / t.kmax_bytes[0]]
+    if start.pmax > 0:
+        gentle.append(t.pmax[0] / start.pmax)
+        hard.append(t.pmax[1] / start.pmax)
+    return min(min(gentle), 1.0), max(max(hard), 1.0)
+
+
+@dataclass
+class Window:
+    """One window's deltas for one class: per queue (port), ECT arrivals by depth bucket and marks;
+    per port, bytes sent; and the wall-clock time they cover."""
+    buckets: dict = field(default_factory=dict)    # port -> np.ndarray of arrivals per bucket
+    width: dict = field(default_factory=dict)      # port -> bucket bytes
+    marks: dict = field(default_factory=dict)
+    port_bytes: dict = field(default_factory=dict)
+    wall_ns: int = 0
+
+    def add(self, rows: list, cls: int, interval_ns: int) -> None:
+        """One telemetry summary's ecn_queues rows (testbed.fabric.agent.Agent.ecn_report)."""
+        self.wall_ns += interval_ns
+        for port, c, width, counts, marks, port_bytes in rows:
+            if c != cls:
+                continue
+            h = self.buckets.setdefault(port, np.zeros(32, dtype=np.int64))
+            for b, n in counts:
+                h[min(b, len(h) - 1)] += n
+            self.width[port] = width
+            self.marks[port] = self.marks.get(port, 0) + marks
+            self.port_bytes[port] = self.port_bytes.get(port, 0) + port_bytes
+
+
+def p99_bytes(counts: np.ndarray, width: int) -> int:
+    """The depth under which 99% of the arrivals found the queue: the upper edge of the bucket the
+    99th percentile falls in (the last bucket: at least its lower edge and more, read as its upper)."""
+    cum = np.cumsum(counts)
+    b = int(np.searchsorted(cum, 0.99 * cum[-1]))
+    return (b + 1) * width
+
+
+@dataclass(frozen=True)
+class Evidence:
+    queues: int                   # queues judged
+    worst_port: str | None
+    p99_bytes: int | None         # the worst judged queue's
+    utilisation: float | None     # the judged queues' ports: bytes sent / what their rate allowed
+    marks: int
+    arrivals: int
+    call: str                     # HOLD, HARDER, GENTLER or IDLE
+
+    def to_json(self) -> dict:
+        return {"queues": self.queues, "worst_port": self.worst_port, "p99_bytes": self.p99_bytes,
+                "utilisation": self.utilisation, "marks": self.marks, "arrivals": self.arrivals, "call": self.call}
+
+
+def judge(w: Window, kmin_bytes: int, rate_bps: dict, t: Target) -> Evidence:
+    """What a window says of the class's profile (the module's docstring)."""
+    judged = []
+    for port, h in w.buckets.items():
+        n = int(h.sum())
+        if n < MIN_ARRIVALS:
+            continue
+        p99 = p99_bytes(h, w.width[port])
+        if w.marks.get(port, 0) or p99 > kmin_bytes:
+            judged.append((p99, port, n))
+    marks = sum(w.marks.values())
+    arrivals = int(sum(int(h.sum()) for h in w.buckets.values()))
+    if not judged or w.wall_ns <= 0:
+        return Evidence(0, None, None, None, marks, arrivals, IDLE)
+    p99, worst, _ = max(judged)
+    could = sum(rate_bps[p] for _, p, _ in judged) * w.wall_ns / 8e9
+    util = sum(w.port_bytes.get(p, 0) for _, p, _ in judged) / could
+    if util < t.utilisation:
+        call = GENTLER
+    elif p99 > t.queue_p99_bytes:
+        call = HARDER
+    else:
+        call = HOLD
+    return Evidence(len(judged), worst, p99, round(util, 4), marks, arrivals, call)
+
+
+@dataclass
+class ClassTuner:
+    """One marking class's state: where it stands on the scale, and the hysteresis."""
+    start: Profile
+    target: Target
+    a: float = 1.0
+    step: float = STEP_START
+    streak_call: str = HOLD
+    streak: int = 0
+    last_move: str | None = None
+    same_way: int = 0
+    # the first window is not judged either: it holds the traffic's ramp (in dcqcn-incast's first
+    # 200 us, the eight senders' start-up burst: p99 800 KB at 83% of the rate, 2026-12-06)
+    settle: int = SETTLE_WINDOWS
+
+    @property
+    def profile(self) -> Profile:
+        return scaled(self.start, self.a, self.target)
+
+    def decide(self, ev: Evidence) -> tuple[str, Profile | None]:
+        """The window's outcome: what the tuner made of it (SETTLING, IDLE, HOLD, or a call still
+        building up its streak), and the new profile when it moves."""
+        if self.settle:
+            self.settle -= 1
+            return SETTLING, None
+        if ev.call == IDLE:
+            return IDLE, None
+        if ev.call == HOLD:
+            self.streak_call, self.streak = HOLD, 0
+            return HOLD, None
+        self.streak = self.streak + 1 if self.streak_call == ev.call else 1
+        self.streak_call = ev.call
+        if self.streak < self.target.hysteresis_windows:
+            return ev.call, None
+        lo, hi = a_bounds(self.start, self.target)
+        if self.last_move is not None and self.last_move != ev.call:
+            self.step, self.same_way = max(STEP_MIN, math.sqrt(self.step)), 0
+        elif self.last_move == ev.call:
+            self.same_way += 1
+            if self.same_way >= SAME_WAY_TO_GROW:
+                self.step, self.same_way = min(STEP_START, self.step ** 2), 0
+        a = self.a * self.step if ev.call == HARDER else self.a / self.step
+        a = min(max(a, lo), hi)
+        before = self.profile
+        self.streak = 0
+        if scaled(self.start, a, self.target) == before:
+            return ev.call, None   # at its bound: nothing left to move that way
+        self.a, self.last_move, self.settle = a, ev.call, SETTLE_WINDOWS
+        return ev.call, self.profile
