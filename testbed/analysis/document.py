@@ -16,7 +16,8 @@ from testbed.scenario.schema import dcqcn_described
 
 PLOTS = (("queues", "Queue depth over time"), ("latency_cdf", "Latency CDF per class"),
          ("link_utilisation", "Link utilisation"), ("timeline", "Collective timeline"),
-         ("pauses", "PFC pauses per port and class, hop by hop"), ("dcqcn", "DCQCN rate and CNPs per queue pair"))
+         ("pauses", "PFC pauses per port and class, hop by hop"), ("dcqcn", "DCQCN rate and CNPs per queue pair"),
+         ("ecn_tuning", "ECN tuning: the profile each window judged, and what it saw"))
 
 
 def _num(v, spec="{:.3g}"):
@@ -229,7 +230,33 @@ def _qos(s: dict) -> list[tuple]:
     tel = q["telemetry"]
     rows.append(("telemetry rate (Hz) / agent cores / longest blind spot (us)",
                  f"{tel['achieved_hz']:.0f} / {tel['agent_cores']:.2f} / {_num(tel.get('blind_max_us'), '{:.0f}')}"))
-    return [("h", 2, "Queues, ECN and PFC"), ("table", ("", ""), rows)]
+    return [("h", 2, "Queues, ECN and PFC"), ("table", ("", ""), rows)] + _ecn_tuning(q.get("ecn_tuning"))
+
+
+def _ecn_tuning(t: dict | None) -> list[tuple]:
+    """What the ECN tuning did: per class where it started and ended, and every change."""
+    if not t:
+        return []
+    tg = t["target"]
+
+    def prof(p):
+        return f"Kmin {p['kmin_bytes']}, Kmax {p['kmax_bytes']}, Pmax {p['pmax']:.3g}"
+    out = [("h", 2, "ECN tuning"),
+           ("p", f"Target: queue p99 <= {tg['queue_p99_bytes']} B at utilisation >= {tg['utilisation']:g} on the "
+                 f"marking ports; windows of {t['window_us']:g} us (hardware time; {t['window_wall_s']:.2f} s "
+                 f"wall-clock); {t['changes']} change(s).")]
+    out.append(("table", ("class", "start", "end", "changes (harder, gentler)", "judged windows (target met)",
+                          "Kmin over the 2nd half (B)", "converged"),
+                [(name, prof(c["start"]), prof(c["end"]), f"{c['changes']} ({c['harder']}, {c['gentler']})",
+                  f"{c['judged_windows']} ({c['met_windows']})",
+                  "-" if not c["kmin_bytes_second_half"] else "{} .. {}".format(*c["kmin_bytes_second_half"]),
+                  _num(c["converged"])) for name, c in t["classes"].items()]))
+    if t["history"]:
+        out.append(("table", ("t (us)", "class", "move", "to", "because p99 (B) / utilisation at"),
+                    [(f"{h['t_us']:.0f}", h["class"], h["direction"], prof(h["after"]),
+                      f"{_num(h['p99_bytes'])} / {_num(h['utilisation'])} at {h['worst_port']}")
+                     for h in t["history"]]))
+    return out
 
 
 def _transport(s: dict) -> list[tuple]:

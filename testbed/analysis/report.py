@@ -9,6 +9,7 @@ is named by its ends.
     plots/timeline.png          every message and compute step per rank, coloured by iteration
     plots/pauses.png            every PFC pause per paused port and class, in order of first pause
     plots/dcqcn.png             DCQCN rate per queue pair, and the CNPs it received
+    plots/ecn_tuning.png        the ECN tuning's thresholds over time, and what each window saw
     interactive.html            the time plots on one zoomable time axis (testbed.analysis.interactive)
     trace.json                  the run as a Perfetto / Chrome trace, in hardware time (testbed.analysis.trace)
 """
@@ -172,6 +173,37 @@ def plot_dcqcn(rf: RunFolder, out: Path, t0: int, t1: int, factor: float) -> boo
     return True
 
 
+def plot_ecn_tuning(rf: RunFolder, out: Path) -> bool:
+    """Per tuned class over the run (hardware time): Kmin and Kmax as the tuning moved them, and each
+    judged window's worst queue p99 and utilisation against the target."""
+    if not rf.table("ecn_tuning").exists():
+        return False
+    w = pd.read_parquet(rf.table("ecn_tuning"))
+    if w.empty:
+        return False
+    target = json.loads(rf.summary.read_text())["qos"]["ecn_tuning"]["target"]
+    fig, (ax, ut) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+    for name, g in w.groupby("class"):
+        ax.step(g["t_us"], g["kmin_bytes"] / 1e3, where="post", lw=1.2, label=f"{name} Kmin")
+        ax.step(g["t_us"], g["kmax_bytes"] / 1e3, where="post", lw=1.0, ls="--", label=f"{name} Kmax")
+        ax.plot(g["t_us"], g["p99_bytes"] / 1e3, "o", ms=3, label=f"{name} window p99")
+        ut.plot(g["t_us"], g["utilisation"], "o-", ms=3, lw=0.6, label=name)
+    ax.axhline(target["queue_p99_bytes"] / 1e3, color="k", lw=0.8, ls=":", label="queue budget")
+    ut.axhline(target["utilisation"], color="k", lw=0.8, ls=":")
+    ax.set_ylabel("KB")
+    ax.set_yscale("log")
+    ax.set_title("ECN tuning: thresholds, and each window's worst queue p99 at a marking port")
+    ax.legend(fontsize=7, ncol=3)
+    ax.grid(alpha=0.3)
+    ut.set_ylabel("utilisation", fontsize=8)
+    ut.set_xlabel("time since traffic start (us, hardware time)")
+    ut.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+    return True
+
+
 def draw_plots(rf: RunFolder) -> list[str]:
     """Every plot the run's tables allow, by name (plots/<name>.png)."""
     rf.plots.mkdir(exist_ok=True)
@@ -185,7 +217,8 @@ def draw_plots(rf: RunFolder) -> list[str]:
                      ("link_utilisation", plot_utilisation(rf, rf.plot("link_utilisation"), factor)),
                      ("timeline", plot_timeline(rf, rf.plot("timeline"), t0, factor)),
                      ("pauses", plot_pauses(rf, rf.plot("pauses"), t0, t1, factor)),
-                     ("dcqcn", plot_dcqcn(rf, rf.plot("dcqcn"), t0, t1, factor))):
+                     ("dcqcn", plot_dcqcn(rf, rf.plot("dcqcn"), t0, t1, factor)),
+                     ("ecn_tuning", plot_ecn_tuning(rf, rf.plot("ecn_tuning")))):
         if ok:
             drawn.append(name)
     return drawn
