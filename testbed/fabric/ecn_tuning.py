@@ -11,8 +11,12 @@ percentile, while the marking ports still send at least a share of their rate.
   queues judged are the ones that marked, or found a depth at Kmin or above, with enough arrivals
   for a 99th percentile (MIN_ARRIVALS). Their worst p99 is set against the budget, and the bytes
   their ports sent against what the ports could have sent.
-- **The move.** Under the utilisation target, the marking starves its ports: gentler. At or above
-  it with the queue over budget: harder. Both met: hold. No queue judged: no evidence either way.
+- **The move.** The queue over budget: harder. Within it, but the ports under the utilisation
+  target: the marking starves them, gentler. Both met: hold. No queue judged: no evidence either
+  way. The budget comes first because utilisation is not monotonic in the thresholds: marking too
+  late lets the queue overshoot and DCQCN then cuts its senders deeper, so a port runs short of its
+  rate at high thresholds as at low ones (dcqcn-incast from Kmin 800 KB, 2026-12-06: windows at
+  56-92% of the rate with the queue past 775 KB), and only the queue says which side it is on.
 - **One knob.** Gentler and harder are one scale a on the class's starting profile: Kmin / a,
   Kmax / a, Pmax x a, each held to its bounds, a itself only as far as some knob still moves.
 - **Hysteresis.** A move needs the same call in hysteresis_windows windows in a row; the window
@@ -32,7 +36,10 @@ import numpy as np
 STEP_START = 2.0
 STEP_MIN = 1.1
 SAME_WAY_TO_GROW = 3
-MIN_ARRIVALS = 100   # ECT arrivals a queue needs in a window for its 99th percentile to be judged
+# ECT arrivals a queue needs in a window to be judged: a queue that DCQCN has cut to a trickle of
+# senders still says it is deep (100 left dcqcn-incast's deepest windows unjudged, 40-60 arrivals
+# each while a 10 MB queue drained)
+MIN_ARRIVALS = 20
 SETTLE_WINDOWS = 1
 HOLD, HARDER, GENTLER, IDLE, SETTLING = "hold", "harder", "gentler", "idle", "settling"
 
@@ -155,10 +162,10 @@ def judge(w: Window, kmin_bytes: int, rate_bps: dict, t: Target) -> Evidence:
     p99, worst, _ = max(judged)
     could = sum(rate_bps[p] for _, p, _ in judged) * w.wall_ns / 8e9
     util = sum(w.port_bytes.get(p, 0) for _, p, _ in judged) / could
-    if util < t.utilisation:
-        call = GENTLER
-    elif p99 > t.queue_p99_bytes:
+    if p99 > t.queue_p99_bytes:
         call = HARDER
+    elif util < t.utilisation:
+        call = GENTLER
     else:
         call = HOLD
     return Evidence(len(judged), worst, p99, round(util, 4), marks, arrivals, call)
