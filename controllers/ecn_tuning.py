@@ -4,7 +4,7 @@ Reads the switch agent's telemetry summaries (ten a second of wall-clock time, e
 marking queue's deltas since the last: testbed.fabric.agent.Agent.ecn_report), adds them up over
 a window of controller.ecn_tuning_window_us of hardware time, judges each marking class's profile
 on them and moves it (testbed.fabric.ecn_tuning: the evidence, the one-knob scale, the
-hysteresis). A move is one EventSetQueuePolicy of the class's Kmin, Kmax and Pmax together, so the
+hysteresis, the trial of each move). A move is one EventSetQueuePolicy of the class's Kmin, Kmax and Pmax together, so the
 QoS app checks, applies and logs it as it does every other app's change, and the switch agent gets
 it in one update.
 
@@ -22,7 +22,7 @@ from os_ken.controller.handler import set_ev_cls
 from os_ken.lib import hub
 
 from controllers.api import EventAgentReport, EventSetQueuePolicy
-from testbed.fabric.ecn_tuning import ClassTuner, Profile, Target, Window, judge
+from testbed.fabric.ecn_tuning import REVERTED, ClassTuner, Profile, Target, Window, judge
 
 
 class EcnTuning(app_manager.OSKenApp):
@@ -85,15 +85,17 @@ class EcnTuning(app_manager.OSKenApp):
                                  outcome=outcome, profile=before.to_json(), step=tuner.step, **evidence.to_json())
             if new is not None:
                 self.pending.add(cls)
-                hub.spawn(self._move, cls, name, before, new, evidence, tuner.a)
+                # a move taken back says so; any other is the window's call
+                direction = outcome if outcome == REVERTED else evidence.call
+                hub.spawn(self._move, cls, name, before, new, evidence, tuner.a, direction)
 
-    def _move(self, cls: int, name: str, before: Profile, new: Profile, evidence, a: float) -> None:
+    def _move(self, cls: int, name: str, before: Profile, new: Profile, evidence, a: float, direction: str) -> None:
         # off the app's event loop: a request waits for the QoS app's answer
         try:
             reply = self.send_request(EventSetQueuePolicy(name, fields=new.fields()))
             if reply.ok:
                 self.event_log.write("ecn_tuning_change", class_name=name, before=before.to_json(),
-                                     after=new.to_json(), direction=evidence.call, aggressiveness=a,
+                                     after=new.to_json(), direction=direction, aggressiveness=a,
                                      p99_bytes=evidence.p99_bytes, utilisation=evidence.utilisation,
                                      worst_port=evidence.worst_port, queues=reply.queues)
                 self.pending.discard(cls)

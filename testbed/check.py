@@ -131,7 +131,15 @@ def describe(sc: Scenario) -> dict:
                   if sc.jobs else None},
         "qos": {"scheduling": sc.qos.scheduling, "classes": [c.name for c in sc.classes],
                 "ecn": sc.qos.ecn, "pfc": sc.qos.pfc,
-                "profiles": [_class_profile(c) for c in sc.classes]},
+                "profiles": [_class_profile(c) for c in sc.classes],
+                "ecn_tuning": None if sc.controller.ecn_tuning == "off" else {
+                    "queue_p99_bytes": sc.controller.ecn_tuning_queue_p99_bytes,
+                    "utilisation": sc.controller.ecn_tuning_utilisation,
+                    "kmin_bytes": list(sc.controller.ecn_tuning_kmin_bytes),
+                    "kmax_bytes": list(sc.controller.ecn_tuning_kmax_bytes),
+                    "pmax": [sc.controller.ecn_tuning_pmax_min, sc.controller.ecn_tuning_pmax_max],
+                    "window_us": sc.controller.ecn_tuning_window_us,
+                    "hysteresis_windows": sc.controller.ecn_tuning_hysteresis_windows}},
         "asserts": asserts(sc),
     }
     out["dilation"] = dilation_of(sc)

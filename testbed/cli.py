@@ -555,6 +555,14 @@ def cmd_check(args) -> int:
             words.append("PFC " + ", ".join(f"{k.removesuffix('_bytes').upper()} {v or 'derived'}"
                                             for k, v in c["pfc"].items()))
         t.add_row(f"  class {escape(c['name'])}", "; ".join(words))
+    if q.get("ecn_tuning"):
+        tu = q["ecn_tuning"]
+        t.add_row("ECN tuning", f"adaptive: each marking class's profile moved toward queue p99 <= "
+                                f"{tu['queue_p99_bytes']} B at utilisation >= {tu['utilisation']:g}, within Kmin "
+                                f"{tu['kmin_bytes'][0]}-{tu['kmin_bytes'][1]} B, Kmax {tu['kmax_bytes'][0]}-"
+                                f"{tu['kmax_bytes'][1]} B, Pmax {tu['pmax'][0]:g}-{tu['pmax'][1]:g}; judged every "
+                                f"{tu['window_us']:g} us of hardware time, a move after "
+                                f"{tu['hysteresis_windows']} windows asking for it")
     a = d["asserts"]
     for f in a["faults"]:
         what = f["link"] or f["switch"]

@@ -57,7 +57,10 @@ DERIVED = ("status",)
 # performance class. The rest count what the policy did (completions, marks, pauses, drops, losses),
 # which a slow machine does not explain away: the policy class.
 PERFORMANCE_PREFIXES = ("collective.", "latency", "goodput.", "fct_slowdown.", "background.",
-                        "transport.steady_state.", "transport.fct", "links.", "jobs.", "training.")
+                        "transport.steady_state.", "transport.fct", "links.", "jobs.", "training.",
+                        # where the ECN tuning took each class follows the queues it saw, which an
+                        # emulator behind makes (that it moved at all, qos.ecn_tuning.changes, does not)
+                        "qos.ecn_tuning.classes.")
 POLICY_PATHS = ("collective.iterations_complete",)
 # where ECMP hashed the flows: the headers and the group decide it, not the emulator's speed
 POLICY_PREFIXES = ("links.ecmp.",)

@@ -245,9 +245,9 @@ def _ecn_tuning(t: dict | None) -> list[tuple]:
            ("p", f"Target: queue p99 <= {tg['queue_p99_bytes']} B at utilisation >= {tg['utilisation']:g} on the "
                  f"marking ports; windows of {t['window_us']:g} us (hardware time; {t['window_wall_s']:.2f} s "
                  f"wall-clock); {t['changes']} change(s).")]
-    out.append(("table", ("class", "start", "end", "changes (harder, gentler)", "judged windows (target met)",
+    out.append(("table", ("class", "start", "end", "changes (harder, gentler, taken back)", "judged windows (target met)",
                           "Kmin over the 2nd half (B)", "converged"),
-                [(name, prof(c["start"]), prof(c["end"]), f"{c['changes']} ({c['harder']}, {c['gentler']})",
+                [(name, prof(c["start"]), prof(c["end"]), f"{c['changes']} ({c['harder']}, {c['gentler']}, {c.get('reverted', 0)})",
                   f"{c['judged_windows']} ({c['met_windows']})",
                   "-" if not c["kmin_bytes_second_half"] else "{} .. {}".format(*c["kmin_bytes_second_half"]),
                   _num(c["converged"])) for name, c in t["classes"].items()]))

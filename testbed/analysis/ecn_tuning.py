@@ -39,7 +39,8 @@ def ecn_tuning_section(rf: RunFolder, start_ns: int, factor: float) -> tuple[dic
     for name, first in start["classes"].items():
         mine = [c for c in changes if c["class_name"] == name]
         w = windows[windows["class"] == name]
-        judged = w[w["outcome"].isin(["hold", "harder", "gentler"])]
+        # every window whose evidence the tuner weighed (not idle, not the one after a move)
+        judged = w[~w["outcome"].isin(["idle", "settling"])]
         met = judged["call"] == "hold"
         # judged windows since the last change (the first judged after it sees the new profile)
         since = judged[judged["t_us"] > hw_us(mine[-1]["t_ns"])] if mine else judged
@@ -52,6 +53,7 @@ def ecn_tuning_section(rf: RunFolder, start_ns: int, factor: float) -> tuple[dic
             "start": first, "end": mine[-1]["after"] if mine else first, "changes": len(mine),
             "harder": sum(c["direction"] == "harder" for c in mine),
             "gentler": sum(c["direction"] == "gentler" for c in mine),
+            "reverted": sum(c["direction"] == "reverted" for c in mine),
             "windows": int(len(w)), "judged_windows": int(len(judged)), "met_windows": int(met.sum()),
             # of the judged windows in the run's second half, the share that met the target
             "met_share_second_half": float((half["call"] == "hold").mean()) if len(half) else None,

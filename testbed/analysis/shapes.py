@@ -94,6 +94,7 @@ SECTIONS: dict[str, dict] = {
         "ecn_tuning": obj({"mode": STR, "target": OPEN, "window_us": NUM, "window_wall_s": NUM, "changes": NUM,
                            "classes": mapping(obj({
                                "start": OPEN, "end": OPEN, "changes": NUM, "harder": NUM, "gentler": NUM,
+                               "reverted": NUM,
                                "windows": NUM, "judged_windows": NUM, "met_windows": NUM,
                                "met_share_second_half": null(NUM), "last_change_us": null(NUM),
                                "judged_since_last_change": NUM, "settled": BOOL,

@@ -21,10 +21,14 @@ percentile, while the marking ports still send at least a share of their rate.
   Kmax / a, Pmax x a, each held to its bounds, a itself only as far as some knob still moves.
 - **Hysteresis.** A move needs the same call in hysteresis_windows windows in a row; the window
   after a move is not judged (DCQCN takes its own timers to answer a new profile), nor the first
-  (the traffic's ramp). The step starts
-  at a factor of 2, halves (in log) at every reversal, down to 1.1, and doubles back after three
-  moves the same way: it closes in on the boundary of the target and still follows a traffic
-  change.
+  (the traffic's ramp). The step starts at a factor of 2, halves (in log) at every reversal, down
+  to 1.1, and doubles back after three moves the same way: it closes in on the boundary of the
+  target and still follows a traffic change.
+- **Trial.** A move is judged by the windows after it, as many as made it: harder must lower the
+  queue or cost no throughput, gentler must raise the throughput or keep the queue within budget.
+  One that did neither is taken back and its way blocked for BLOCK_WINDOWS judged windows: a queue
+  that overshoots however early the marks come (an all-to-all's flows starting at line rate) is
+  not chased to the hardest bound at the cost of the throughput.
 """
 from __future__ import annotations
 
@@ -41,7 +45,13 @@ SAME_WAY_TO_GROW = 3
 # each while a 10 MB queue drained)
 MIN_ARRIVALS = 20
 SETTLE_WINDOWS = 1
+# a move on trial: harder must take this share off the queue's p99, or cost less than TRIAL_UTIL of
+# the rate; gentler must give TRIAL_UTIL more of the rate, or keep the queue within its budget
+TRIAL_GAIN = 0.1
+TRIAL_UTIL = 0.02
+BLOCK_WINDOWS = 10   # judged windows a move that was taken back stays blocked
 HOLD, HARDER, GENTLER, IDLE, SETTLING = "hold", "harder", "gentler", "idle", "settling"
+TRIAL, KEPT, REVERTED, BLOCKED = "trial", "kept", "reverted", "blocked"
 
 
 @dataclass(frozen=True)
@@ -173,7 +183,8 @@ def judge(w: Window, kmin_bytes: int, rate_bps: dict, t: Target) -> Evidence:
 
 @dataclass
 class ClassTuner:
-    """One marking class's state: where it stands on the scale, and the hysteresis."""
+    """One marking class's state: where it stands on the scale, the hysteresis, and the move on
+    trial."""
     start: Profile
     target: Target
     a: float = 1.0
@@ -185,22 +196,33 @@ class ClassTuner:
     # the first window is not judged either: it holds the traffic's ramp (in dcqcn-incast's first
     # 200 us, the eight senders' start-up burst: p99 800 KB at 83% of the rate, 2026-12-06)
     settle: int = SETTLE_WINDOWS
+    recent: list = field(default_factory=list)     # the last judged windows' evidence
+    trial: dict | None = None                      # the last move, until its windows judge it
+    blocked: dict = field(default_factory=dict)    # call -> judged windows it stays blocked
 
     @property
     def profile(self) -> Profile:
         return scaled(self.start, self.a, self.target)
 
     def decide(self, ev: Evidence) -> tuple[str, Profile | None]:
-        """The window's outcome: what the tuner made of it (SETTLING, IDLE, HOLD, or a call still
-        building up its streak), and the new profile when it moves."""
+        """The window's outcome: what the tuner made of it (SETTLING, IDLE, HOLD, BLOCKED, TRIAL,
+        KEPT, REVERTED, or a call still building up its streak), and the new profile when it moves."""
         if self.settle:
             self.settle -= 1
             return SETTLING, None
         if ev.call == IDLE:
             return IDLE, None
+        self.recent = (self.recent + [ev])[-self.target.hysteresis_windows:]
+        blocked = ev.call in self.blocked
+        self.blocked = {c: n - 1 for c, n in self.blocked.items() if n > 1}
+        if self.trial is not None:
+            return self._judge_trial(ev)
         if ev.call == HOLD:
             self.streak_call, self.streak = HOLD, 0
             return HOLD, None
+        if blocked:
+            self.streak_call, self.streak = ev.call, 0
+            return BLOCKED, None
         self.streak = self.streak + 1 if self.streak_call == ev.call else 1
         self.streak_call = ev.call
         if self.streak < self.target.hysteresis_windows:
@@ -218,5 +240,31 @@ class ClassTuner:
         self.streak = 0
         if scaled(self.start, a, self.target) == before:
             return ev.call, None   # at its bound: nothing left to move that way
+        self.trial = {"call": ev.call, "a_before": self.a, "before": list(self.recent), "after": []}
         self.a, self.last_move, self.settle = a, ev.call, SETTLE_WINDOWS
         return ev.call, self.profile
+
+    def _judge_trial(self, ev: Evidence) -> tuple[str, Profile | None]:
+        """A move stands on trial for as many judged windows as made it: harder must lower the
+        queue or cost no throughput, gentler must raise the throughput or keep the queue within
+        budget. One that did neither is taken back, and its way blocked for a while."""
+        t = self.trial
+        t["after"].append(ev)
+        if len(t["after"]) < self.target.hysteresis_windows:
+            return TRIAL, None
+        self.trial = None
+
+        def mean(evs, key):
+            return sum(getattr(e, key) for e in evs) / len(evs)
+        p99_b, p99_a = mean(t["before"], "p99_bytes"), mean(t["after"], "p99_bytes")
+        util_b, util_a = mean(t["before"], "utilisation"), mean(t["after"], "utilisation")
+        if t["call"] == HARDER:
+            helped = p99_a <= (1 - TRIAL_GAIN) * p99_b or util_a >= util_b - TRIAL_UTIL
+        else:
+            helped = util_a >= util_b + TRIAL_UTIL or p99_a <= self.target.queue_p99_bytes
+        if helped:
+            return KEPT, None
+        self.a, self.settle = t["a_before"], SETTLE_WINDOWS
+        self.step, self.same_way, self.last_move = max(STEP_MIN, math.sqrt(self.step)), 0, None
+        self.blocked[t["call"]] = BLOCK_WINDOWS
+        return REVERTED, self.profile

@@ -31,6 +31,11 @@ SABOTAGES = (
              "the PFC watchdog: the cyclic pauses deadlock the ring"),
     Sabotage("ecmp-off", "ps-fattree", ("controller.routing=shortest_path",),
              "ECMP: one path a destination, no select group spreads the flows over the uplinks"),
+    Sabotage("ecn-tuning-off", "ecn-tuning-incast", ("controller.ecn_tuning=off",),
+             "ECN tuning: no app moves the thresholds, which stay 800 KB deep"),
+    Sabotage("ecn-tuning-pinned", "ecn-tuning-incast",
+             ("controller.ecn_tuning_kmin_bytes=[800000, 800000]", "controller.ecn_tuning_kmax_bytes=[800000, 800000]"),
+             "ECN tuning held to the deep thresholds it starts from: it can move Pmax only"),
 )
 
 

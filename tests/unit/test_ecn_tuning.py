@@ -81,11 +81,38 @@ def test_a_move_needs_its_call_in_a_row_and_the_window_after_a_move_is_not_judge
     outcome, new = t.decide(harder)
     assert outcome == et.HARDER and new == et.Profile(50_000, 50_000, 0.4)
     assert t.decide(harder) == (et.SETTLING, None)
-    # a reversal halves the step (in log): x2 became x1.414
+    # the move's trial: as many judged windows as made it; the queue fell from 400 KB to 40 KB
     gentler = et.Evidence(1, "s-eth1", 40_000, 0.8, 10, 1000, et.GENTLER)
+    assert [t.decide(gentler) for _ in range(2)] == [(et.TRIAL, None), (et.KEPT, None)]
+    # a reversal halves the step (in log): x2 became x1.414
     t.decide(gentler)
     _, new = t.decide(gentler)
     assert new.kmin_bytes == round(100_000 / (2 / 2 ** 0.5)) and t.step == pytest.approx(2 ** 0.5)
+
+
+def test_a_harder_move_that_only_cost_throughput_is_taken_back_and_its_way_blocked():
+    t = et.ClassTuner(et.Profile(100_000, 100_000, 0.2), TARGET, settle=0)
+    over = et.Evidence(1, "s-eth1", 800_000, 1.0, 10, 1000, et.HARDER)
+    t.decide(over)
+    _, new = t.decide(over)
+    assert new == et.Profile(50_000, 50_000, 0.4) and t.decide(over) == (et.SETTLING, None)
+    # the queue as deep as before, the port at 80%: the move did nothing but harm
+    starved = et.Evidence(1, "s-eth1", 800_000, 0.8, 10, 1000, et.HARDER)
+    assert t.decide(starved) == (et.TRIAL, None)
+    assert t.decide(starved) == (et.REVERTED, et.Profile(100_000, 100_000, 0.2))
+    assert t.decide(over) == (et.SETTLING, None)
+    assert [t.decide(over)[0] for _ in range(et.BLOCK_WINDOWS)] == [et.BLOCKED] * et.BLOCK_WINDOWS
+    # unblocked: it may try again, with half the step
+    assert [t.decide(over) for _ in range(2)][-1] == (et.HARDER, et.scaled(t.start, 2 ** 0.5, TARGET))
+
+
+def test_a_harder_move_that_lowered_the_queue_stands_though_it_cost_throughput():
+    t = et.ClassTuner(et.Profile(100_000, 100_000, 0.2), TARGET, settle=0)
+    over = et.Evidence(1, "s-eth1", 800_000, 1.0, 10, 1000, et.HARDER)
+    t.decide(over), t.decide(over), t.decide(over)
+    lower = et.Evidence(1, "s-eth1", 300_000, 0.9, 10, 1000, et.HARDER)
+    assert [t.decide(lower) for _ in range(2)] == [(et.TRIAL, None), (et.KEPT, None)]
+    assert t.profile == et.Profile(50_000, 50_000, 0.4)
 
 
 def test_at_its_bound_the_tuner_asks_for_nothing():
@@ -112,6 +139,18 @@ def test_it_converges_on_a_bottleneck_whose_queue_follows_kmin_and_starves_below
             moves.append(i)
     assert 19_000 <= t.profile.kmin_bytes <= 66_667
     assert moves and moves[-1] < 100
+
+
+def test_it_does_not_chase_a_queue_no_threshold_controls_to_the_hardest_bound():
+    # a model all-to-all: flows start at line rate and the queue overshoots to 800 KB whatever the
+    # thresholds; below 50 KB the cuts starve the ports. The tuner must not end at its hardest bound
+    t = et.ClassTuner(et.Profile(100_000, 400_000, 0.2), TARGET)
+    kmins = []
+    for _ in range(200):
+        kmins.append(t.profile.kmin_bytes)
+        t.decide(et.Evidence(1, "p", 800_000, min(1.0, kmins[-1] / 50_000), 10, 1000, et.HARDER))
+    # it tries harder, finds the cost, and from then on only probes a step (x1.1 at the end) below 50 KB
+    assert min(kmins) == 25_000 and min(kmins[100:]) >= 45_000 and kmins[-20:].count(50_000) >= 15
 
 
 def test_the_histogram_keeps_its_width_while_tuning_moves_kmax():
@@ -172,7 +211,7 @@ def test_the_summary_section_says_where_each_class_started_ended_and_whether_it_
     rf.controller_events.write_text("".join(json.dumps(e) + "\n" for e in ev))
     section, windows = ecn_tuning_section(rf, start_ns, factor)
     roce = section["classes"]["roce"]
-    assert section["changes"] == 1 and roce["end"] == after and roce["harder"] == 1
+    assert section["changes"] == 1 and roce["end"] == after and roce["harder"] == 1 and roce["reverted"] == 0
     assert roce["judged_windows"] == 8 and roce["met_windows"] == 6 and roce["settled"]
     assert roce["last_change_us"] == pytest.approx(250.0)   # 250 ms of wall-clock time at D = 1000
     assert roce["met_share_second_half"] == 1.0 and len(windows) == 9

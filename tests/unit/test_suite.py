@@ -50,9 +50,10 @@ def test_a_sabotage_changes_a_suite_scenario(sab):
     assert dataclasses.replace(broken, path=plain.path) != plain
 
 
-def test_the_issue_s_seven_sabotages_and_ecmp_off_are_there():
+def test_the_issue_s_seven_sabotages_ecmp_off_and_the_ecn_tuning_s_are_there():
     assert {s.name for s in SABOTAGES} == {"ecn-off", "dcqcn-off", "pfc-off", "priorities-swapped",
-                                            "route-into-failed-link", "isolation-off", "watchdog-off", "ecmp-off"}
+                                            "route-into-failed-link", "isolation-off", "watchdog-off", "ecmp-off",
+                                            "ecn-tuning-off", "ecn-tuning-pinned"}
     assert [s.name for s in by_name(["pfc-off", "ecn-off"])] == ["pfc-off", "ecn-off"]
     with pytest.raises(InputError):
         by_name(["no-such"])
