@@ -25,7 +25,7 @@ percentile, while the marking ports still send at least a share of their rate.
   to 1.1, and doubles back after three moves the same way: it closes in on the boundary of the
   target and still follows a traffic change.
 - **Trial.** A move is judged by the windows after it, as many as made it: harder must lower the
-  queue or cost no throughput, gentler must raise the throughput or keep the queue within budget.
+  share of arrivals that find the queue over budget, or cost no throughput, gentler must raise the throughput or keep the queue within budget.
   One that did neither is taken back and its way blocked for BLOCK_WINDOWS judged windows: a queue
   that overshoots however early the marks come (an all-to-all's flows starting at line rate) is
   not chased to the hardest bound at the cost of the throughput.
@@ -45,8 +45,11 @@ SAME_WAY_TO_GROW = 3
 # each while a 10 MB queue drained)
 MIN_ARRIVALS = 20
 SETTLE_WINDOWS = 1
-# a move on trial: harder must take this share off the queue's p99, or cost less than TRIAL_UTIL of
-# the rate; gentler must give TRIAL_UTIL more of the rate, or keep the queue within its budget
+# a move on trial: harder must take this share off the arrivals that find the queue over budget
+# (from 800 KB thresholds the queue is MBs deep, past the span, and its p99 cannot show a gain: 2 of
+# 3 ecn-tuning-incast runs took every harder move back when judged by it, 2026-12-06), or cost less
+# than TRIAL_UTIL of the rate; gentler must give TRIAL_UTIL more of the rate, or keep the queue
+# within its budget
 TRIAL_GAIN = 0.1
 TRIAL_UTIL = 0.02
 BLOCK_WINDOWS = 10   # judged windows a move that was taken back stays blocked
@@ -149,10 +152,14 @@ class Evidence:
     marks: int
     arrivals: int
     call: str                     # HOLD, HARDER, GENTLER or IDLE
+    # the most, over the judged queues, of a queue's arrivals that found it at the budget or deeper:
+    # what a harder move must lower (a p99 past the histogram's span reads as its span, however deep)
+    over_share: float = 0.0
 
     def to_json(self) -> dict:
         return {"queues": self.queues, "worst_port": self.worst_port, "p99_bytes": self.p99_bytes,
-                "utilisation": self.utilisation, "marks": self.marks, "arrivals": self.arrivals, "call": self.call}
+                "utilisation": self.utilisation, "marks": self.marks, "arrivals": self.arrivals, "call": self.call,
+                "over_share": self.over_share}
 
 
 def judge(w: Window, kmin_bytes: int, rate_bps: dict, t: Target) -> Evidence:
@@ -164,21 +171,23 @@ def judge(w: Window, kmin_bytes: int, rate_bps: dict, t: Target) -> Evidence:
             continue
         p99 = p99_bytes(h, w.width[port])
         if w.marks.get(port, 0) or p99 > kmin_bytes:
-            judged.append((p99, port, n))
+            over = float(h[t.queue_p99_bytes // w.width[port]:].sum() / n)
+            judged.append((p99, port, n, over))
     marks = sum(w.marks.values())
     arrivals = int(sum(int(h.sum()) for h in w.buckets.values()))
     if not judged or w.wall_ns <= 0:
         return Evidence(0, None, None, None, marks, arrivals, IDLE)
-    p99, worst, _ = max(judged)
-    could = sum(rate_bps[p] for _, p, _ in judged) * w.wall_ns / 8e9
-    util = sum(w.port_bytes.get(p, 0) for _, p, _ in judged) / could
+    p99, worst, _, _ = max(judged)
+    could = sum(rate_bps[p] for _, p, _, _ in judged) * w.wall_ns / 8e9
+    util = sum(w.port_bytes.get(p, 0) for _, p, _, _ in judged) / could
+    over = round(max(o for *_, o in judged), 4)
     if p99 > t.queue_p99_bytes:
         call = HARDER
     elif util < t.utilisation:
         call = GENTLER
     else:
         call = HOLD
-    return Evidence(len(judged), worst, p99, round(util, 4), marks, arrivals, call)
+    return Evidence(len(judged), worst, p99, round(util, 4), marks, arrivals, call, over)
 
 
 @dataclass
@@ -256,10 +265,11 @@ class ClassTuner:
 
         def mean(evs, key):
             return sum(getattr(e, key) for e in evs) / len(evs)
-        p99_b, p99_a = mean(t["before"], "p99_bytes"), mean(t["after"], "p99_bytes")
+        p99_a = mean(t["after"], "p99_bytes")
+        over_b, over_a = mean(t["before"], "over_share"), mean(t["after"], "over_share")
         util_b, util_a = mean(t["before"], "utilisation"), mean(t["after"], "utilisation")
         if t["call"] == HARDER:
-            helped = p99_a <= (1 - TRIAL_GAIN) * p99_b or util_a >= util_b - TRIAL_UTIL
+            helped = over_a < (1 - TRIAL_GAIN) * over_b or util_a >= util_b - TRIAL_UTIL
         else:
             helped = util_a >= util_b + TRIAL_UTIL or p99_a <= self.target.queue_p99_bytes
         if helped:

@@ -36,7 +36,8 @@ def test_p99_is_the_upper_edge_of_the_bucket_the_99th_percentile_falls_in():
 
 
 def test_over_budget_calls_harder_at_any_rate_and_within_it_a_port_short_of_its_rate_gentler():
-    assert et.judge(window(15, 20_000, 50, 990_000), 100_000, RATE, TARGET).call == et.HARDER   # p99 320 KB
+    ev = et.judge(window(15, 20_000, 50, 990_000), 100_000, RATE, TARGET)                        # p99 320 KB
+    assert ev.call == et.HARDER and ev.over_share == 0.011   # 11 of 1000 arrivals found 200 KB or more
     # the queue overshot and DCQCN cut deep: short of the rate, but marking later would make it worse
     assert et.judge(window(15, 20_000, 50, 600_000), 100_000, RATE, TARGET).call == et.HARDER
     assert et.judge(window(5, 20_000, 50, 800_000), 50_000, RATE, TARGET).call == et.GENTLER     # 80% of rate
@@ -72,7 +73,7 @@ def test_the_scale_moves_every_knob_within_its_bounds_and_kmax_never_below_kmin(
 
 def test_a_move_needs_its_call_in_a_row_and_the_window_after_a_move_is_not_judged():
     t = et.ClassTuner(et.Profile(100_000, 100_000, 0.2), TARGET)
-    harder = et.Evidence(1, "s-eth1", 400_000, 0.99, 10, 1000, et.HARDER)
+    harder = et.Evidence(1, "s-eth1", 400_000, 0.99, 10, 1000, et.HARDER, over_share=0.3)
     hold = et.Evidence(1, "s-eth1", 100_000, 0.99, 10, 1000, et.HOLD)
     assert t.decide(harder) == (et.SETTLING, None)    # the first window: the traffic's ramp
     assert t.decide(harder) == (et.HARDER, None)
@@ -81,7 +82,8 @@ def test_a_move_needs_its_call_in_a_row_and_the_window_after_a_move_is_not_judge
     outcome, new = t.decide(harder)
     assert outcome == et.HARDER and new == et.Profile(50_000, 50_000, 0.4)
     assert t.decide(harder) == (et.SETTLING, None)
-    # the move's trial: as many judged windows as made it; the queue fell from 400 KB to 40 KB
+    # the move's trial: as many judged windows as made it; the queue fell from 400 KB to 40 KB, no
+    # arrival over budget where 30% were (and the port at 80%: a cost the queue's gain pays for)
     gentler = et.Evidence(1, "s-eth1", 40_000, 0.8, 10, 1000, et.GENTLER)
     assert [t.decide(gentler) for _ in range(2)] == [(et.TRIAL, None), (et.KEPT, None)]
     # a reversal halves the step (in log): x2 became x1.414
@@ -92,12 +94,12 @@ def test_a_move_needs_its_call_in_a_row_and_the_window_after_a_move_is_not_judge
 
 def test_a_harder_move_that_only_cost_throughput_is_taken_back_and_its_way_blocked():
     t = et.ClassTuner(et.Profile(100_000, 100_000, 0.2), TARGET, settle=0)
-    over = et.Evidence(1, "s-eth1", 800_000, 1.0, 10, 1000, et.HARDER)
+    over = et.Evidence(1, "s-eth1", 800_000, 1.0, 10, 1000, et.HARDER, over_share=0.5)
     t.decide(over)
     _, new = t.decide(over)
     assert new == et.Profile(50_000, 50_000, 0.4) and t.decide(over) == (et.SETTLING, None)
-    # the queue as deep as before, the port at 80%: the move did nothing but harm
-    starved = et.Evidence(1, "s-eth1", 800_000, 0.8, 10, 1000, et.HARDER)
+    # as many arrivals over budget as before, the port at 80%: the move did nothing but harm
+    starved = et.Evidence(1, "s-eth1", 800_000, 0.8, 10, 1000, et.HARDER, over_share=0.48)
     assert t.decide(starved) == (et.TRIAL, None)
     assert t.decide(starved) == (et.REVERTED, et.Profile(100_000, 100_000, 0.2))
     assert t.decide(over) == (et.SETTLING, None)
@@ -108,9 +110,10 @@ def test_a_harder_move_that_only_cost_throughput_is_taken_back_and_its_way_block
 
 def test_a_harder_move_that_lowered_the_queue_stands_though_it_cost_throughput():
     t = et.ClassTuner(et.Profile(100_000, 100_000, 0.2), TARGET, settle=0)
-    over = et.Evidence(1, "s-eth1", 800_000, 1.0, 10, 1000, et.HARDER)
+    over = et.Evidence(1, "s-eth1", 800_000, 1.0, 10, 1000, et.HARDER, over_share=0.5)
     t.decide(over), t.decide(over), t.decide(over)
-    lower = et.Evidence(1, "s-eth1", 300_000, 0.9, 10, 1000, et.HARDER)
+    # the p99 still past the span, but a third of the arrivals over budget where half were
+    lower = et.Evidence(1, "s-eth1", 800_000, 0.9, 10, 1000, et.HARDER, over_share=0.33)
     assert [t.decide(lower) for _ in range(2)] == [(et.TRIAL, None), (et.KEPT, None)]
     assert t.profile == et.Profile(50_000, 50_000, 0.4)
 
@@ -133,7 +136,8 @@ def test_it_converges_on_a_bottleneck_whose_queue_follows_kmin_and_starves_below
         k = t.profile.kmin_bytes
         ev = et.Evidence(1, "p", 3 * k, min(1.0, k / 20_000) if k < 300_000 else 0.6, 10, 1000, "")
         ev = et.Evidence(1, "p", 3 * k, ev.utilisation, 10, 1000,
-                         et.HARDER if 3 * k > 200_000 else et.GENTLER if ev.utilisation < 0.95 else et.HOLD)
+                         et.HARDER if 3 * k > 200_000 else et.GENTLER if ev.utilisation < 0.95 else et.HOLD,
+                         over_share=max(0.0, 1 - 200_000 / (3 * k)))
         _, new = t.decide(ev)
         if new:
             moves.append(i)
@@ -148,7 +152,7 @@ def test_it_does_not_chase_a_queue_no_threshold_controls_to_the_hardest_bound():
     kmins = []
     for _ in range(200):
         kmins.append(t.profile.kmin_bytes)
-        t.decide(et.Evidence(1, "p", 800_000, min(1.0, kmins[-1] / 50_000), 10, 1000, et.HARDER))
+        t.decide(et.Evidence(1, "p", 800_000, min(1.0, kmins[-1] / 50_000), 10, 1000, et.HARDER, over_share=0.4))
     # it tries harder, finds the cost, and from then on only probes a step (x1.1 at the end) below 50 KB
     assert min(kmins) == 25_000 and min(kmins[100:]) >= 45_000 and kmins[-20:].count(50_000) >= 15
 
