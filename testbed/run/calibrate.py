@@ -268,9 +268,10 @@ def calibration_scenario(sc: Scenario, rate_mbps: float) -> Scenario:
     hw = dataclasses.replace(sc, name=f"{sc.name}.calibration", faults=(), policy_changes=(), expect=(),
                              tolerance=(), jobs=(), classes=DEFAULT_CLASSES, qos=cal_policy(sc),
                              # the fabric's capacity, measured with the testbed's own routing app (not the
-                             # scenario's own apps, or a controller.remote it may not be running)
+                             # scenario's own apps, a controller.remote it may not be running, or the ECN
+                             # tuning, which moves marks the shift permutation does not make)
                              controller=dataclasses.replace(sc.controller, dateline=False, app="proactive_routing",
-                                                            apps=(), remote=""),
+                                                            apps=(), remote="", ecn_tuning="off"),
                              transport=dataclasses.replace(sc.transport, cc="none", reliability="go_back_n",
                                                            verify_icrc=False, channels=1),
                              workload=WorkloadSpec(type="shift", shift=1, bytes_per_rank=size, iterations=1,

@@ -222,3 +222,10 @@ def test_the_summary_section_says_where_each_class_started_ended_and_whether_it_
     assert roce["kmin_bytes_second_half"] == [50_000, 50_000] and roce["converged"]
     assert section["history"][0]["t_us"] == pytest.approx(250.0)
     assert ecn_tuning_section(RunFolder(tmp_path / "none"), start_ns, factor) == (None, None)
+
+
+def test_a_calibration_rung_runs_without_the_tuning():
+    from testbed.run import calibrate as cal
+    sc = load_scenario("ecn-tuning-incast")
+    assert sc.controller.ecn_tuning == "adaptive"
+    assert cal.calibration_scenario(sc, cal.LADDER_MBPS[0]).controller.ecn_tuning == "off"
