@@ -27,8 +27,9 @@ percentile, while the marking ports still send at least a share of their rate.
 - **Trial.** A move is judged by the windows after it, as many as made it: harder must lower the
   share of arrivals that find the queue over budget, or cost no throughput, gentler must raise the throughput or keep the queue within budget.
   One that did neither is taken back and its way blocked for BLOCK_WINDOWS judged windows: a queue
-  that overshoots however early the marks come (an all-to-all's flows starting at line rate) is
-  not chased to the hardest bound at the cost of the throughput.
+  that overshoots however early the marks come is not chased to the hardest bound at the cost of
+  the throughput. A harder move made while nearly every arrival found the queue over budget is not
+  on trial: nothing shows a gain there until the queue is back within the budget.
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ SETTLE_WINDOWS = 1
 TRIAL_GAIN = 0.1
 TRIAL_UTIL = 0.02
 BLOCK_WINDOWS = 10   # judged windows a move that was taken back stays blocked
+SATURATED = 0.9      # a share of arrivals over budget past which a harder move is not on trial
 HOLD, HARDER, GENTLER, IDLE, SETTLING = "hold", "harder", "gentler", "idle", "settling"
 TRIAL, KEPT, REVERTED, BLOCKED = "trial", "kept", "reverted", "blocked"
 
@@ -249,7 +251,13 @@ class ClassTuner:
         self.streak = 0
         if scaled(self.start, a, self.target) == before:
             return ev.call, None   # at its bound: nothing left to move that way
-        self.trial = {"call": ev.call, "a_before": self.a, "before": list(self.recent), "after": []}
+        # a harder move from a queue past the budget for nearly every arrival is not on trial: no
+        # move shows there until the queue is back under the budget, and the rate falls meanwhile
+        # by DCQCN's own answer to the overshoot (ecn-tuning-incast, 2026-12-06: the first move
+        # from 800 KB, 0.6 ms in, kept or taken back by one window's rate in 1 of 10 runs)
+        saturated = ev.call == HARDER and min(e.over_share for e in self.recent) >= SATURATED
+        self.trial = None if saturated else {"call": ev.call, "a_before": self.a, "before": list(self.recent),
+                                             "after": []}
         self.a, self.last_move, self.settle = a, ev.call, SETTLE_WINDOWS
         return ev.call, self.profile
 

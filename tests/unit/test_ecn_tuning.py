@@ -118,6 +118,18 @@ def test_a_harder_move_that_lowered_the_queue_stands_though_it_cost_throughput()
     assert t.profile == et.Profile(50_000, 50_000, 0.4)
 
 
+def test_a_harder_move_from_a_queue_over_budget_for_nearly_every_arrival_is_not_on_trial():
+    t = et.ClassTuner(et.Profile(800_000, 800_000, 0.2), TARGET, settle=0)
+    deep = et.Evidence(1, "s-eth1", 800_000, 1.0, 10, 1000, et.HARDER, over_share=0.95)
+    t.decide(deep)
+    assert t.decide(deep)[1] == et.Profile(400_000, 400_000, 0.4) and t.trial is None
+    assert t.decide(deep) == (et.SETTLING, None)
+    # DCQCN's answer to the overshoot starves the port for a while: no move is taken back for it
+    starved = et.Evidence(1, "s-eth1", 800_000, 0.5, 10, 1000, et.HARDER, over_share=1.0)
+    assert [t.decide(starved)[0] for _ in range(2)] == [et.HARDER, et.HARDER]
+    assert t.profile == et.Profile(200_000, 200_000, 0.8)
+
+
 def test_at_its_bound_the_tuner_asks_for_nothing():
     t = et.ClassTuner(et.Profile(10_000, 10_000, 1.0), TARGET, settle=0)
     harder = et.Evidence(1, "s-eth1", 400_000, 0.99, 10, 1000, et.HARDER)
