@@ -4,9 +4,9 @@ Reads the switch agent's telemetry summaries (ten a second of wall-clock time, e
 marking queue's deltas since the last: testbed.fabric.agent.Agent.ecn_report), adds them up over
 a window of controller.ecn_tuning_window_us of hardware time, judges each marking class's profile
 on them and moves it (testbed.fabric.ecn_tuning: the evidence, the one-knob scale, the
-hysteresis, the trial of each move). A move is one EventSetQueuePolicy of the class's Kmin, Kmax and Pmax together, so the
-QoS app checks, applies and logs it as it does every other app's change, and the switch agent gets
-it in one update.
+hysteresis, the trial of each move). A move is one EventSetQueuePolicy of the class's Kmin, Kmax
+and Pmax together, so the QoS app checks, applies and logs it as it does every other app's
+change, and the switch agent gets it in one update.
 
 Logged to the controller's event log: ``ecn_tuning_start`` (the target, the bounds, the window in
 hardware and wall-clock time), ``ecn_tuning_window`` (each class's evidence and what the tuner made

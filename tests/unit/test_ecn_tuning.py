@@ -241,3 +241,24 @@ def test_a_calibration_rung_runs_without_the_tuning():
     sc = load_scenario("ecn-tuning-incast")
     assert sc.controller.ecn_tuning == "adaptive"
     assert cal.calibration_scenario(sc, cal.LADDER_MBPS[0]).controller.ecn_tuning == "off"
+
+
+def test_the_agent_reports_each_marking_queue_s_deltas_since_its_last_report():
+    # the switch agent's own ecn_report, over arrays laid out as the port program's maps
+    import types
+    from testbed.fabric import agent as agent_mod
+    from testbed.fabric.bpfmaps import HIST, PROFILE, QUEUE
+    maps = types.SimpleNamespace(queues=np.zeros(8, QUEUE), profiles=np.zeros(8, PROFILE), hists=np.zeros(8, HIST))
+    maps.profiles["hist_bucket_bytes"][:] = 25_000
+    queues = [types.SimpleNamespace(ifname=p, cls=c) for p, c in (("s-eth1", 1), ("s-eth1", 2), ("s-eth2", 1))]
+    a = types.SimpleNamespace(maps=maps, qidx=np.array([0, 1, 4]), queues=queues, _port_of_row=np.array([0, 0, 1]))
+    a._ecn_counters = types.MethodType(agent_mod.Agent._ecn_counters, a)
+    a._last_ecn = a._ecn_counters()
+    maps.hists["ect"][0, 0], maps.hists["ect"][0, 9] = 90, 10          # s-eth1 class 1: 100 ECT arrivals
+    maps.queues["mark_pkts"][0] = 7
+    maps.queues["deq_bytes"][[0, 1, 4]] = [400_000, 100_000, 50_000]  # its port sent 500 KB in two classes
+    assert agent_mod.Agent.ecn_report(a) == [["s-eth1", 1, 25_000, [[0, 90], [9, 10]], 7, 500_000]]
+    maps.hists["ect"][4, 2] = 5                                        # then only s-eth2 took ECT frames
+    maps.queues["deq_bytes"][4] += 20_000
+    assert agent_mod.Agent.ecn_report(a) == [["s-eth2", 1, 25_000, [[2, 5]], 0, 20_000]]
+    assert agent_mod.Agent.ecn_report(a) == []
