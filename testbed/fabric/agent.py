@@ -141,9 +141,11 @@ class Agent:
         self.controller: ControllerLink | None = None
         # what the ECN tuning reads (plan.ecn_reports): each queue's ECT arrivals by depth bucket and
         # marks, and its port's bytes sent, since the last report
-        self._port_of_row = np.unique([q.ifname for q in self.queues], return_inverse=True)[1] \
-            if len(self.queues) else np.zeros(0, dtype=np.int64)
-        self._last_ecn = self._ecn_counters()
+        # (only with the tuning on: no other run pays for it at start or in the loop)
+        if plan.ecn_reports:
+            self._port_of_row = np.unique([q.ifname for q in self.queues], return_inverse=True)[1] \
+                if len(self.queues) else np.zeros(0, dtype=np.int64)
+            self._last_ecn = self._ecn_counters()
 
     # -- policy ------------------------------------------------------------------------------
 
