@@ -34,8 +34,10 @@ CHUNK_RECORDS = 8192
 # file's mtime, which a step of the guest's wall clock made look 3 s old: 2026-12-03, a run killed
 # while its data plane was sending, the VM's CLOCK_REALTIME stepped 1.5 s, then 12 s, against
 # CLOCK_MONOTONIC within two minutes).
-HEARTBEAT = struct.Struct("<7q")   # version, messages completed, acknowledged, planned, bytes done, planned, beats
-HEARTBEAT_VERSION = 3   # 3: every queue pair's live state after the record
+HEARTBEAT = struct.Struct("<9q")   # version, messages completed, acknowledged, planned, bytes done, planned,
+                                   # beats, the traffic's start and the beat's time (CLOCK_MONOTONIC ns)
+HEARTBEAT_VERSION = 4   # 3: every queue pair's live state after the record; 4: the times, and each
+                        # compute stream's weighed time after the queue pairs
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class EngineProgress:
     messages: int
     payload_bytes_done: int   # network messages' payload, counted when a message completes
     payload_bytes: int
+    started_ns: int = 0       # the traffic's start (the data plane's first releases), CLOCK_MONOTONIC
+    beat_ns: int = 0          # when the data plane wrote this record, on the same clock
 
 
 def read_engine_progress(path: Path) -> EngineProgress | None:
@@ -56,8 +60,10 @@ def read_engine_progress(path: Path) -> EngineProgress | None:
         return None
     if len(raw) < HEARTBEAT.size:
         return None
-    version, *rest, _beats = HEARTBEAT.unpack(raw)
-    return EngineProgress(*rest) if version == HEARTBEAT_VERSION else None
+    version, done, acked, planned, bytes_done, nbytes, _beats, started, beat = HEARTBEAT.unpack(raw)
+    if version != HEARTBEAT_VERSION:
+        return None
+    return EngineProgress(done, acked, planned, bytes_done, nbytes, started, beat)
 
 
 # After the heartbeat's record, one per queue pair rewritten with it (nicdp.c struct qp_live):
@@ -78,6 +84,35 @@ def read_qp_live(path: Path, n_flows: int) -> np.ndarray | None:
     if len(raw) < HEARTBEAT.size + n_flows * QP_LIVE.itemsize or HEARTBEAT.unpack(raw[:HEARTBEAT.size])[0] != HEARTBEAT_VERSION:
         return None
     return np.frombuffer(raw, dtype=QP_LIVE, count=n_flows, offset=HEARTBEAT.size)
+
+
+@dataclass(frozen=True)
+class ComputeBusy:
+    """Each compute stream's weighed compute time up to one heartbeat (nicdp.c sync_busy): the steps
+    tagged "compute" that ended, and the part run so far of the one running."""
+    started_ns: int
+    beat_ns: int
+    busy_ns: tuple[int, ...]   # per stream, in testbed.traffic.plan.compute_streams' order
+
+
+def read_compute_busy(path: Path, n_flows: int, n_streams: int) -> ComputeBusy | None:
+    """The compute streams' time at the data plane's last heartbeat, or None before it wrote one,
+    from another version, or torn: the block ends with its beat's count, which must be the
+    header's (the data plane writes the two apart)."""
+    at = HEARTBEAT.size + n_flows * QP_LIVE.itemsize
+    size = at + (n_streams + 1) * 8
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(size)
+    except OSError:
+        return None
+    if n_streams <= 0 or len(raw) < size:
+        return None
+    version, *_rest, beats, started, beat = HEARTBEAT.unpack(raw[:HEARTBEAT.size])
+    busy = struct.unpack_from(f"<{n_streams + 1}q", raw, at)
+    if version != HEARTBEAT_VERSION or busy[-1] != beats:
+        return None
+    return ComputeBusy(started, beat, tuple(busy[:-1]))
 
 
 class HeartbeatWatch:

@@ -73,7 +73,7 @@ class RunFolder:
     qp_events = _File("qp_events.bin", "every NAK, go-back, timeout, CNP and rate change")
     nic_gaps = _File("nic_gaps.bin", "the NIC's late hand-offs to the kernel")
     isolation = _File("isolation.json", "the tenant-isolation probes: sent and delivered per host pair")
-    heartbeat = _File("engine_heartbeat", "the engine's progress, rewritten in place; its mtime says it is alive")
+    heartbeat = _File("engine_heartbeat", "the engine's progress, rewritten in place; its beat count going up says it is alive")
     engine_stats = _File("engine.json", "the engine's own account: timings, CPU, what it sent")
     message_times = _File("messages.json", "every message's release, first send and completion")
     # -- written by the switch agent

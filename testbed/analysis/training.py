@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from testbed.traffic.plan import COMPUTE_TAG
+
 DEFINITION = ("per iteration, the mean over the hosts that compute of 1 - compute time / iteration time "
               "(first release to last completion)")
 
@@ -27,7 +29,7 @@ def training_section(msgs: pd.DataFrame, iters: pd.DataFrame) -> dict | None:
     workload without compute."""
     if "tag" not in msgs:
         return None
-    compute = msgs[(msgs["tag"] == "compute") & msgs["complete"]]
+    compute = msgs[(msgs["tag"] == COMPUTE_TAG) & msgs["complete"]]
     if compute.empty:
         return None
     by_it, exposed = [], []

@@ -81,3 +81,13 @@ class RunCollector:
                 g = GaugeMetricFamily(name, help_, labels=list(run))
                 g.add_metric(list(run.values()), float(self.progress[field]))
                 yield g
+            training = self.progress.get("training")
+            if training:
+                g = GaugeMetricFamily("testbed_job_sync_share", "the workers' mean share of the time not computing "
+                                      "(waiting on communication), since the traffic started and over the "
+                                      "last window", labels=[*run, "over"])
+                for over in ("since_start", "last_window"):
+                    value = training[f"sync_share_{over}"]
+                    if value is not None:
+                        g.add_metric([*run.values(), over], value)
+                yield g

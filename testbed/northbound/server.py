@@ -32,9 +32,11 @@ from testbed.fabric.bpfmaps import MappedArrays
 from testbed.northbound.counters import PortCounters, link_label, port_rows
 from testbed.northbound.link import LINK_VERSION, ControllerLink, ControllerUnavailable, check_version
 from testbed.northbound.prometheus import RunCollector
-from testbed.records import read_engine_progress, read_qp_live
+from testbed.northbound.sync_share import LiveSyncShare
+from testbed.records import read_compute_busy, read_engine_progress, read_qp_live
 from testbed.run.cpu import stat_totals
 from testbed.runfolder import RunFolder
+from testbed.traffic.plan import COMPUTE_TAG, EnginePlan, compute_streams
 from topologies.model import Fabric
 
 API_VERSION = 1
@@ -57,6 +59,8 @@ class RunApi:
         self._runner_ids = 0
         self.rf = RunFolder(run_dir)
         self.flows = None   # the engine's queue pairs, read from its plan once it is there
+        self.n_streams = 0   # and its compute streams, and their shares
+        self.sync: LiveSyncShare | None = None
         self.cpu0 = stat_totals()
         self.fabric = Fabric.from_json(self.rf.fabric.read_text())
         self.scenario = json.loads(self.rf.scenario.read_text())
@@ -93,14 +97,26 @@ class RunApi:
                 if check_version(answer, "the runner").get("id") == rid:
                     return answer
 
+    def _read_plan(self) -> bool:
+        """The engine's plan, once it is there: its queue pairs and compute streams."""
+        if self.flows is not None:
+            return True
+        try:
+            plan = EnginePlan.from_json(json.loads(self.rf.engine_plan.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        streams = compute_streams(plan.messages)
+        weighed = {m.host for m in plan.messages if m.flow < 0 and m.tag == COMPUTE_TAG}
+        self.sync = LiveSyncShare(streams, [h in weighed for h in streams], self.dilation)
+        self.n_streams = len(streams)
+        self.flows = [f.to_json() for f in plan.flows]
+        return True
+
     def qps(self) -> list[dict]:
         """Every queue pair at the data plane's last heartbeat (every 200 ms): what it sent and had
         acknowledged, resent, and its DCQCN state; rates in the hardware fabric's Gb/s."""
-        if self.flows is None:
-            try:
-                self.flows = json.loads(self.rf.engine_plan.read_text())["flows"]
-            except (OSError, ValueError, KeyError):
-                return []
+        if not self._read_plan():
+            return []
         live = read_qp_live(self.rf.heartbeat, len(self.flows))
         if live is None:
             return []
@@ -133,9 +149,16 @@ class RunApi:
         p = read_engine_progress(self.rf.heartbeat)
         if p is None:
             return None
+        training = None
+        if self._read_plan() and self.sync is not None:
+            training = self.sync.update(read_compute_busy(self.rf.heartbeat, len(self.flows), self.n_streams))
         return {"messages_done": p.messages_done, "messages_acked": p.messages_acked, "messages": p.messages,
                 "payload_bytes_done": p.payload_bytes_done, "payload_bytes": p.payload_bytes,
-                "done_fraction": p.payload_bytes_done / p.payload_bytes if p.payload_bytes else None}
+                "done_fraction": p.payload_bytes_done / p.payload_bytes if p.payload_bytes else None,
+                "traffic_us_hw": (p.beat_ns - p.started_ns) / self.dilation / 1e3,
+                # the workers' synchronisation share so far (testbed.northbound.sync_share); None for a
+                # workload without compute
+                "training": training}
 
     async def ports(self) -> list[dict]:
         if self.counters is None:

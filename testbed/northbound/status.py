@@ -42,6 +42,9 @@ def render(ports_doc: dict, progress_doc: dict, top: int):
         frac = p["done_fraction"]
         head.append(f"  messages {p['messages_done']}/{p['messages']}"
                     + (f"  ({100 * frac:.0f}% of bytes)" if frac is not None else ""))
+        sync = (p.get("training") or {}).get("sync_share_last_window")
+        if sync is not None:
+            head.append(f"  sync share {100 * sync:.0f}% (last {p['training']['window_us_hw']:.0f} us hw)")
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col, just in (("link", "left"), ("util %", "right"), ("Gb/s hw", "right"), ("queue KB", "right"),
                       ("peak KB", "right"), ("ECN", "right"), ("drops", "right"), ("PFC rx", "right"),

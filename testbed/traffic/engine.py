@@ -31,7 +31,7 @@ from testbed.runfolder import RunFolder
 from testbed.traffic import nic
 from testbed.traffic.packets import (MESSAGE_END_FILTER, PAYLOAD_HEADER_LEN, RC_SEND_ONLY, ROCE_SOCKET_FILTER,
                                      ROCE_UDP_PORT, AckTemplate, CnpTemplate, DataTemplate)
-from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec
+from testbed.traffic.plan import COMPUTE_TAG, EnginePlan, FlowSpec, HostSpec, MessageSpec, compute_streams
 from testbed.traffic.transport import dcqcn_params
 
 ETH_P_IP = 0x0800
@@ -150,9 +150,9 @@ def message_arrays(msgs: tuple[MessageSpec, ...], nf: int) -> dict[str, np.ndarr
     a["msg_bytes"] = np.array([m.bytes for m in msgs], np.int64)
     a["msg_duration_ns"] = np.array([m.duration_ns for m in msgs], np.int64)
     a["msg_waiting"] = np.array([len(m.deps) for m in msgs], np.int32)
-    # one compute stream per host that computes: its steps run one at a time
-    streams = {h: i for i, h in enumerate(sorted({m.host for m in msgs if m.flow < 0 and m.host}))}
+    streams = {h: i for i, h in enumerate(compute_streams(msgs))}
     a["msg_stream"] = np.array([streams[m.host] if m.flow < 0 and m.host else -1 for m in msgs], np.int32)
+    a["msg_sync"] = np.array([m.flow < 0 and m.tag == COMPUTE_TAG for m in msgs], np.int32)
     dependents: list[list[int]] = [[] for _ in range(len(msgs))]
     for m in msgs:
         for d in m.deps:
@@ -207,7 +207,7 @@ class Engine:
         a["host_stats"] = np.zeros((max(nh, 1), len(nic.HOST_STATS)), np.int64)
         a["flow_stats"] = np.zeros((max(nf, 1), len(nic.FLOW_STATS)), np.int64)
         a["flow_rate"] = np.zeros((max(nf, 1), 2), np.float64)
-        for k in ("msg_flow", "msg_bytes", "msg_duration_ns", "msg_waiting", "msg_stream", "flow_src", "flow_dst",
+        for k in ("msg_flow", "msg_bytes", "msg_duration_ns", "msg_waiting", "msg_stream", "msg_sync", "flow_src", "flow_dst",
                   "flow_cls", "host_rx_fd", "host_door_fd", "host_bw_bps"):
             if not len(a[k]):
                 a[k] = np.zeros(1, a[k].dtype)
@@ -235,7 +235,8 @@ class Engine:
             msg_duration_ns=_ptr(a["msg_duration_ns"], C.c_int64), msg_waiting=_ptr(a["msg_waiting"], C.c_int32),
             dep_ptr=_ptr(a["dep_ptr"], C.c_int32), dep_idx=_ptr(a["dep_idx"], C.c_int32),
             flow_delay_ns=_ptr(a["flow_delay_ns"], C.c_int64) if self.delayed else None,
-            msg_stream=_ptr(a["msg_stream"], C.c_int32), n_streams=int(a["msg_stream"].max(initial=-1)) + 1)
+            msg_stream=_ptr(a["msg_stream"], C.c_int32), n_streams=int(a["msg_stream"].max(initial=-1)) + 1,
+            msg_sync=_ptr(a["msg_sync"], C.c_int32))
         self.result = nic.Result(**{k: _ptr(a[k], C.c_int64) for k in (
             "release_ns", "first_tx_ns", "last_tx_ns", "complete_ns", "acked_ns", "sent_packets", "recv_packets",
             "recv_bytes", "host_stats", "flow_stats")}, flow_rate=_ptr(a["flow_rate"], C.c_double))

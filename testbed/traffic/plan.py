@@ -10,7 +10,11 @@ from dataclasses import dataclass
 
 from testbed.jsonrecord import ClassKeyed
 
-PLAN_VERSION = 2   # 2: a compute step's host (one stream each)
+PLAN_VERSION = 3   # 2: a compute step's host (one stream each); 3: its tag
+
+# The compute steps a worker's synchronisation share weighs (testbed.analysis.training): not a
+# parameter server's aggregation ("aggregate"), not an optimizer's update ("update")
+COMPUTE_TAG = "compute"
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,17 @@ class MessageSpec:
     duration_ns: int = 0
     host: str = ""       # a compute step's host: its steps run one at a time, in release order (one
                          # stream per GPU, as SimAI and a CUDA stream run them)
+    tag: str = ""        # the workload's (collective, compute, aggregate, update, bulk...)
 
     @classmethod
     def from_json(cls, d: dict) -> "MessageSpec":
         return cls(**{**d, "deps": tuple(d["deps"])})
+
+
+def compute_streams(msgs: tuple[MessageSpec, ...]) -> list[str]:
+    """The data plane's compute streams, in its order: one per host that computes (its steps run one
+    at a time), by host name."""
+    return sorted({m.host for m in msgs if m.flow < 0 and m.host})
 
 
 @dataclass(frozen=True)

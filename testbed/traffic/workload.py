@@ -276,7 +276,7 @@ def engine_plan(sc: Scenario, fabric: Fabric, messages: list[Message], host_pids
                              bw_bps=sc.fabric.bw_mbps * 1e6) for h in fabric.hosts if h.name in used),
         flows=tuple(flow_specs),
         messages=tuple(MessageSpec(id=m.id, flow=f, bytes=m.bytes, deps=tuple(m.deps), duration_ns=m.duration_ns,
-                                   host=m.src if f < 0 else "")
+                                   host=m.src if f < 0 else "", tag=m.tag)
                        for m, f in zip(messages, msg_flow)))
 
 

@@ -150,3 +150,33 @@ def test_captures_decode_as_rocev2_in_tshark(tmp_path):
         becn = [p[BTH].becn for p in rdpcap(str(run_dir / "pcap" / f"{f['src']}.pcap"))
                 if BTH in p and p[BTH].opcode == 0x81]
         assert becn == [1] * got
+
+
+def behind_without_work(run_dir) -> tuple[int, int]:
+    """(spans, ns) the data plane recorded as a queue pair behind its DCQCN rate at a time that
+    queue pair had nothing to send: no message of it released and not yet all sent."""
+    from testbed import records
+    gaps = records.read(run_dir / "raw" / "nic_gaps.bin", records.NIC_GAP)
+    gaps = gaps[gaps["kind"] == 1]
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    spans, idle_ns = 0, 0
+    for g in gaps:
+        mine = msgs[msgs["flow"] == g["flow"]]
+        if not ((mine["release_ns"] <= g["start_ns"]) & (mine["last_tx_ns"] >= g["start_ns"])).any():
+            spans += 1
+            idle_ns += int(g["end_ns"] - g["start_ns"])
+    return spans, idle_ns
+
+
+def test_a_queue_pair_idle_between_its_messages_is_not_counted_behind_its_rate(tmp_path):
+    # DCQCN leaves each sender's queue pair below the line rate at the end of an iteration, and the
+    # next iteration's message comes only once every sender's has completed. That wait is no
+    # lateness of the data plane; counted as such, an all-to-all's hosts were judged to idle with
+    # work waiting and the run could not keep up (2026-12-06, docs/ecn-tuning.md)
+    run_dir, s = run_one(tmp_path, "dcqcn-incast", "workload.senders=2", "workload.bytes_per_rank=1MiB",
+                         "workload.iterations=3", "run.report=false")
+    assert s["status"] in NOTHING_FAILED and s["packets"]["retransmitted"] == 0
+    assert s["transport"]["rate_cuts"] > 0 and s["collective"]["iterations_complete"] == 3
+    msgs = pd.read_parquet(run_dir / "messages.parquet")
+    assert msgs.groupby("flow")["iteration"].nunique().eq(3).all()   # each queue pair idles between
+    assert behind_without_work(run_dir) == (0, 0)

@@ -6,7 +6,11 @@ import pandas as pd
 import pytest
 
 from helpers import NOTHING_FAILED, assert_ran, run_dirs, run_testbed, summary_of
+from testbed.analysis.training import compute_start_ns
+from testbed.records import read_compute_busy
+from testbed.runfolder import RunFolder
 from testbed.traffic.packets import HEADER_BYTES
+from testbed.traffic.plan import EnginePlan, compute_streams
 
 pytestmark = pytest.mark.root
 
@@ -143,6 +147,15 @@ def test_parameter_server_training_pushes_aggregates_and_pulls_every_shard(suite
     tr = s["training"]
     assert tr["hosts_computing"] == 12 and tr["sync_share_by_iteration"] == pytest.approx(want)
     assert 0 < tr["sync_share"] < 1
+    # what the API's live share reads (testbed.northbound.sync_share): the data plane's last
+    # heartbeat has each worker's time in compute steps, to the nanosecond of the tables, and none of
+    # the servers' aggregation
+    rf = RunFolder(run_dir)
+    plan = EnginePlan.from_json(json.loads(rf.engine_plan.read_text()))
+    streams = compute_streams(plan.messages)
+    beat = read_compute_busy(rf.heartbeat, len(plan.flows), len(streams))
+    run_ns = (comp["complete_ns"] - compute_start_ns(comp)).groupby(comp["src"]).sum()
+    assert len(streams) == 16 and dict(zip(streams, beat.busy_ns)) == {h: int(run_ns.get(h, 0)) for h in streams}
 
 
 def test_ddp_hides_the_allreduce_behind_the_backward_and_without_overlap_does_not(tmp_path, suite_runs):

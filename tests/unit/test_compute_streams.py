@@ -3,6 +3,9 @@ host runs its steps one at a time, in the order they were released, as one strea
 kernels (SimAI and ASTRA-sim run a rank's compute the same way); different hosts' steps overlap.
 The DAG bound's busiest-host compute term (testbed.analysis.bounds) rests on this."""
 import dataclasses
+import time
+
+import pytest
 
 from testbed.analysis.bounds import dag_bound
 from testbed.scenario import load_scenario
@@ -50,3 +53,60 @@ def test_a_parameter_servers_aggregations_queue_on_its_one_stream(tmp_path):
     t = run(tmp_path, steps)
     starts = sorted(t["first_tx_ns"][3:])
     assert starts == [5 * MS, 35 * MS, 65 * MS] and max(t["complete_ns"]) == 95 * MS
+
+
+def test_the_heartbeat_carries_each_streams_compute_time_up_to_the_beat(tmp_path):
+    # the live synchronisation share's input (nicdp.c sync_busy, read by the northbound API): at
+    # every beat, each stream's time in steps tagged "compute" so far, the running one's part
+    # included; an optimizer's update and a server's aggregation are not weighed
+    import threading
+    from testbed.northbound.sync_share import LiveSyncShare
+    from testbed.records import read_compute_busy
+    steps = [("a", 300 * MS, (), "compute"), ("a", 300 * MS, (), "compute"), ("a", 200 * MS, (), "update"),
+             ("b", 500 * MS, (), "aggregate"), ("c", 100 * MS, (), "compute")]
+    (tmp_path / "raw").mkdir()
+    sc = load_scenario("allreduce-torus")
+    msgs = tuple(MessageSpec(i, -1, 0, deps, dur, host, tag) for i, (host, dur, deps, tag) in enumerate(steps))
+    engine = Engine(EnginePlan(out_dir=str(tmp_path), payload_bytes=4096, time_limit_s=20, stall_timeout_s=10,
+                               nic_lead_ns=MS, transport=dataclasses.asdict(sc.transport),
+                               dcqcn=dataclasses.asdict(sc.dcqcn), hosts=(), flows=(), messages=msgs))
+    seen, done = {}, threading.Event()
+
+    def watch():   # as the API reads it: whenever it likes, while the data plane runs
+        while not done.is_set():
+            b = read_compute_busy(engine.folder.heartbeat, 0, 3)
+            if b is not None:
+                seen[b.beat_ns] = b
+            time.sleep(0.005)
+
+    reader = threading.Thread(target=watch)
+    reader.start()
+    try:
+        res = engine.run()
+    finally:
+        done.set()
+        reader.join()
+    final = read_compute_busy(engine.folder.heartbeat, 0, 3)
+    seen[final.beat_ns] = final
+    assert res["reason"] == "complete"
+    a = engine.arrays
+    began, ended = a["first_tx_ns"], a["complete_ns"]
+    weighed = {"a": [0, 1], "b": [], "c": [4]}   # streams in host order
+
+    def expected(t):
+        return tuple(sum(max(0, min(t, int(ended[m])) - int(began[m])) for m in weighed[h]) for h in "abc")
+
+    beats = sorted(seen.values(), key=lambda b: b.beat_ns)
+    assert len(beats) >= 4, "the data plane beats every 200 ms: a run of 800 ms has four or more"
+    assert any(0 < b.busy_ns[0] < 600 * MS for b in beats), "no beat fell inside a's compute"
+    for b in beats:
+        assert b.started_ns == res["start_ns"] and b.busy_ns == expected(b.beat_ns)
+    assert final.busy_ns == (600 * MS, 0, 100 * MS)
+
+    # the API's shares from them: a and c weighed, b (it only aggregates) not a worker
+    live = LiveSyncShare(["a", "b", "c"], [True, False, True], dilation=1.0)
+    for b in beats:
+        doc = live.update(b)
+    span = final.beat_ns - final.started_ns
+    assert doc["hosts_computing"] == 2 and [h["host"] for h in doc["by_host"]] == ["a", "c"]
+    assert doc["sync_share_since_start"] == pytest.approx(1 - (700 * MS) / (2 * span))

@@ -220,19 +220,33 @@ def test_a_taken_api_port_is_refused_before_the_run_and_zero_or_a_calibration_se
     assert port_for(rung) == 0
 
 
-def write_heartbeat(path, qps):
+def write_plan(api, messages=()):
+    """An engine plan of two queue pairs, h0 -> h1 and back, and the given messages."""
+    from testbed.traffic.plan import EnginePlan, FlowSpec
+    plan = EnginePlan(out_dir=str(api.rf.root), payload_bytes=4096, time_limit_s=10.0, stall_timeout_s=3.0,
+                      nic_lead_ns=5000, transport={"cc": "none"}, dcqcn={}, hosts=(),
+                      flows=(FlowSpec(0, "h0", "h1", "collective", 0, 26, True, 1),
+                             FlowSpec(1, "h1", "h0", "collective", 0, 26, True, 1)),
+                      messages=tuple(messages))
+    api.rf.engine_plan.write_text(json.dumps(plan.to_json()))
+
+
+def write_heartbeat(path, qps, beats=7, started_ns=0, beat_ns=0, busy_ns=None, busy_beats=None):
+    """The data plane's heartbeat (nicdp.c beat): its record, the queue pairs', and each compute
+    stream's time ended by the beat's count (busy_beats: another count, as a torn read finds)."""
+    import struct
     from testbed.records import HEARTBEAT, QP_LIVE
     rec = np.zeros(len(qps), dtype=QP_LIVE)
     for i, q in enumerate(qps):
         for k, v in q.items():
             rec[k][i] = v
-    path.write_bytes(HEARTBEAT.pack(3, 1, 1, 4, 100, 400, 7) + rec.tobytes())
+    tail = b"" if busy_ns is None else struct.pack(f"<{len(busy_ns) + 1}q", *busy_ns,
+                                                   beats if busy_beats is None else busy_beats)
+    path.write_bytes(HEARTBEAT.pack(4, 1, 1, 4, 100, 400, beats, started_ns, beat_ns) + rec.tobytes() + tail)
 
 
 def test_the_queue_pairs_are_read_from_the_data_planes_heartbeat(api):
-    plan = {"flows": [{"id": 0, "src": "h0", "dst": "h1", "tag": "collective", "class": 1, "dscp": 26},
-                      {"id": 1, "src": "h1", "dst": "h0", "tag": "collective", "class": 1, "dscp": 26}]}
-    api.rf.engine_plan.write_text(json.dumps(plan))
+    write_plan(api)
     assert TestClient(make_app(api)).get("/api/v1/qps").json()["qps"] == []   # no heartbeat yet
     write_heartbeat(api.rf.heartbeat, [
         {"rate_bps": 4e6, "target_bps": 6e6, "alpha": 0.25, "una": 90, "next": 100, "retransmitted": 3, "cnps": 5,
@@ -266,3 +280,43 @@ def test_a_northbound_message_of_another_version_is_refused_by_name():
         check_version({"link_version": 0}, "the runner")
     with pytest.raises(ValueError, match="link_version None"):
         check_version({"id": 1}, "the runner")
+
+
+def test_the_live_sync_share_is_the_workers_share_not_computing_since_the_start_and_over_the_last_second(api):
+    from testbed.traffic.plan import MessageSpec
+    write_plan(api, [MessageSpec(0, -1, 0, (), 100, "h0", "compute"), MessageSpec(1, -1, 0, (), 100, "h1", "aggregate")])
+    S = 10**9
+    client = TestClient(make_app(api))
+
+    def beat(k, h0_busy_s, torn=False):
+        write_heartbeat(api.rf.heartbeat, [{}, {}], beats=k, started_ns=5 * S, beat_ns=5 * S + k * S // 5,
+                        busy_ns=[round(h0_busy_s * S), 0], busy_beats=k + 1 if torn else None)
+        return client.get("/api/v1/progress").json()["progress"]
+
+    # h0 computes half the time for a second, then all the time; h1 only aggregates: no worker
+    for k in range(1, 6):
+        p = beat(k, 0.5 * k / 5)
+    assert p["training"]["sync_share_since_start"] == pytest.approx(0.5)
+    assert p["training"]["sync_share_last_window"] == pytest.approx(0.5)   # 0.2 s to 1 s: all the beats yet
+    assert p["traffic_us_hw"] == pytest.approx(1e6 / D)
+    for k in range(6, 9):
+        p = beat(k, 0.5 + (k - 5) / 5)
+    t = p["training"]
+    # at 1.6 s: the newest beat a second old is 0.6 s's (busy 0.3 s); 0.8 s busy in the 1 s since
+    assert t["window_s"] == pytest.approx(1.0) and t["window_us_hw"] == pytest.approx(1e6 / D)
+    assert t["sync_share_last_window"] == pytest.approx(0.2)
+    assert t["sync_share_since_start"] == pytest.approx(1 - 1.1 / 1.6)
+    assert t["hosts_computing"] == 1 and [h["host"] for h in t["by_host"]] == ["h0"]
+    # a torn read (the compute block of another beat than the header's) is not taken
+    assert beat(9, 5.0, torn=True)["training"] == t
+    fams = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    assert {s.labels["over"]: s.value for s in fams["testbed_job_sync_share"].samples} == pytest.approx(
+        {"since_start": 1 - 1.1 / 1.6, "last_window": 0.2})
+
+
+def test_a_workload_that_does_not_compute_has_no_sync_share(api):
+    from testbed.traffic.plan import MessageSpec
+    write_plan(api, [MessageSpec(0, 0, 4096, ())])
+    write_heartbeat(api.rf.heartbeat, [{}, {}], started_ns=1, beat_ns=2)
+    p = TestClient(make_app(api)).get("/api/v1/progress").json()["progress"]
+    assert p["messages"] == 4 and p["training"] is None

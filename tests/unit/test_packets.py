@@ -71,9 +71,9 @@ def test_the_engine_heartbeat_record_reads_back_and_an_unknown_version_is_not_gu
     assert read_engine_progress(beat) is None            # not written yet
     beat.write_bytes(b"")
     assert read_engine_progress(beat) is None            # created, no record yet
-    beat.write_bytes(HEARTBEAT.pack(3, 3, 2, 10, 4096, 40960, 7))
-    assert read_engine_progress(beat) == EngineProgress(3, 2, 10, 4096, 40960)
-    beat.write_bytes(HEARTBEAT.pack(2, 3, 2, 10, 4096, 40960, 7))   # before the queue pairs followed it
+    beat.write_bytes(HEARTBEAT.pack(4, 3, 2, 10, 4096, 40960, 7, 1000, 9000))
+    assert read_engine_progress(beat) == EngineProgress(3, 2, 10, 4096, 40960, started_ns=1000, beat_ns=9000)
+    beat.write_bytes(HEARTBEAT.pack(3, 3, 2, 10, 4096, 40960, 7, 0, 0))   # before the times and compute streams
     assert read_engine_progress(beat) is None
 
 
@@ -86,13 +86,13 @@ def test_the_engine_is_alive_while_its_beat_count_goes_up_whatever_the_wall_cloc
     beat = tmp_path / "engine_heartbeat"
     watch = HeartbeatWatch(beat)
     assert watch.silent_s() is None                        # nothing written yet
-    beat.write_bytes(HEARTBEAT.pack(3, 0, 0, 10, 0, 40960, 1))
+    beat.write_bytes(HEARTBEAT.pack(4, 0, 0, 10, 0, 40960, 1, 0, 0))
     assert watch.silent_s() < 0.05
     os.utime(beat, (time.time() - 3600, time.time() - 3600))   # an mtime an hour old: no matter
     assert watch.silent_s() < 0.05
     time.sleep(0.2)
     assert watch.silent_s() >= 0.2                         # the same record: silent since
-    beat.write_bytes(HEARTBEAT.pack(3, 0, 0, 10, 0, 40960, 2))   # no progress, but a beat
+    beat.write_bytes(HEARTBEAT.pack(4, 0, 0, 10, 0, 40960, 2, 0, 0))   # no progress, but a beat
     assert watch.silent_s() < 0.05
 
 

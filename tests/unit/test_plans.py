@@ -15,7 +15,7 @@ def engine_plan():
                       transport={"cc": "none"}, dcqcn={"ref_gbps": 10},
                       hosts=(HostSpec("h0", 11, "h0-eth0", "02:00:00:00:00:01", "10.0.0.1", 1e8),),
                       flows=(FlowSpec(0, "h0", "h1", "collective", 0, 26, True, 1),),
-                      messages=(MessageSpec(0, 0, 8192, ()), MessageSpec(1, -1, 0, (0,), duration_ns=500, host="h1")))
+                      messages=(MessageSpec(0, 0, 8192, ()), MessageSpec(1, -1, 0, (0,), duration_ns=500, host="h1", tag="compute")))
 
 
 def agent_plan():
@@ -48,7 +48,8 @@ def test_a_cycle_the_watchdog_breaks_is_not_a_deadlock_first():
 def test_the_json_keeps_what_the_analysis_reads():
     doc = engine_plan().to_json()
     assert doc["flows"][0]["class"] == 1 and doc["hosts"][0]["bw_bps"] == 1e8
-    assert doc["messages"][1] == {"id": 1, "flow": -1, "bytes": 0, "deps": [0], "duration_ns": 500, "host": "h1"}
+    assert doc["messages"][1] == {"id": 1, "flow": -1, "bytes": 0, "deps": [0], "duration_ns": 500, "host": "h1",
+                                   "tag": "compute"}
     doc = agent_plan().to_json()
     assert doc["queues"][0] == {"index": 9, "node": "s0", "port": 1, "ifname": "s0-eth1", "class": 1,
                                 "class_name": "roce"}

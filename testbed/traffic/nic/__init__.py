@@ -82,7 +82,7 @@ class Plan(C.Structure):
                 ("flow_dcqcn", P(DcqcnParams)),
                 ("msg_flow", P(i32)), ("msg_bytes", P(i64)), ("msg_duration_ns", P(i64)), ("msg_waiting", P(i32)),
                 ("dep_ptr", P(i32)), ("dep_idx", P(i32)), ("flow_delay_ns", P(i64)),
-                ("msg_stream", P(i32)), ("n_streams", i32)]
+                ("msg_stream", P(i32)), ("n_streams", i32), ("msg_sync", P(i32))]
 
 
 class Result(C.Structure):

@@ -479,6 +479,9 @@ typedef struct {
      * steps one at a time in the order they were released, as a GPU runs the kernels of one stream */
     const int32_t *msg_stream;
     int32_t n_streams;
+    /* per message: 1 for a compute step the synchronisation share weighs (tag "compute": not a
+     * server's aggregation, not an optimizer update); the heartbeat carries each stream's time in them */
+    const int32_t *msg_sync;
 } nic_plan;
 
 #define ACK_LEN 62
@@ -578,6 +581,7 @@ typedef struct {
     int32_t acked_at;                 /* oldest message not yet fully acknowledged */
     int64_t *start_psn;               /* per fifo slot: the PSN of the message's first packet */
     int64_t next_ns;                  /* DCQCN rate limiter: may send at this time */
+    int64_t work_ns;                  /* when it last got something to send after having nothing */
     int64_t last_cnp_ns;
     int64_t wire_free_ns;             /* its last data frame's last bit in at the receiving NIC */
     int in_cc;
@@ -632,6 +636,8 @@ typedef struct {
     int32_t *heap_m;
     int n_heap;
     int64_t *stream_free_ns;   /* per compute stream: when its last step queued ends */
+    int64_t *stream_sync_ns;   /* per compute stream: the time its weighed steps ran, those ended */
+    int64_t start_ns;          /* the traffic's start: the first releases */
     FILE *ftx, *frx, *fqp, *fgap;
     /* classes that got frames to send while their NIC held none (host * MAX_CLASSES + class) */
     int32_t *kick;
@@ -640,6 +646,7 @@ typedef struct {
     int in_rounds, new_serving;
     int64_t beats;   /* heartbeats written: the count the runner watches change */
     struct qp_live *live;   /* [n_flows]: each queue pair's state, written with the heartbeat */
+    int64_t *live_busy;     /* [n_streams]: each compute stream's weighed time, written with it */
     int64_t clock_off;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, for the kernel's timestamps */
     int64_t prev_clock_off;   /* the one before it: stamps taken before a step */
     int64_t last_progress;
@@ -765,16 +772,32 @@ static int64_t to_mono(engine *E, int64_t real, int64_t lo, int64_t hi) {
     return stamp_on_mono(real, lo, mono_ns(), E->clock_off, E->prev_clock_off);
 }
 
-/* The heartbeat file's record, rewritten in place (its mtime is the liveness signal): version,
- * messages completed, acknowledged and planned, network payload bytes done and planned.
- * testbed.records.read_engine_progress reads it. After it, one record a queue pair, rewritten
- * with it: DCQCN's rate, target and alpha (0 without congestion control), the PSNs acknowledged
- * and sent so far, frames resent, CNPs and rate cuts (testbed.records.read_qp_live: the
- * northbound API's live queue pairs). */
+/* The heartbeat file's record, rewritten in place: version, messages completed, acknowledged and
+ * planned, network payload bytes done and planned, the beat's count, the traffic's start and the
+ * beat's time (CLOCK_MONOTONIC). testbed.records.read_engine_progress reads it. After it, one
+ * record a queue pair, rewritten with it: DCQCN's rate, target and alpha (0 without congestion
+ * control), the PSNs acknowledged and sent so far, frames resent, CNPs and rate cuts
+ * (testbed.records.read_qp_live: the northbound API's live queue pairs). After those, per compute
+ * stream, the time its weighed compute steps have run up to the beat, then the beat's count again
+ * (read_compute_busy: the API's live synchronisation share). */
 struct qp_live { double rate, target, alpha; int64_t una, next, retransmitted, cnps, cuts; };
 
+/* A stream's weighed compute time up to now: its ended steps', and the part run so far of the one
+ * running (a stream runs one step at a time, so at most one of its steps in the heap began). */
+static void sync_busy(engine *E, int64_t now, int64_t *busy) {
+    const nic_plan *P = E->P;
+    memcpy(busy, E->stream_sync_ns, (size_t)P->n_streams * sizeof *busy);
+    for (int i = 0; i < E->n_heap; i++) {
+        int32_t m = E->heap_m[i], st = P->msg_stream[m];
+        int64_t began = E->R->first_tx_ns[m], end = E->heap_t[i];
+        if (st >= 0 && P->msg_sync[m] && began < now) busy[st] += (end < now ? end : now) - began;
+    }
+}
+
 static void beat(engine *E, int fd, int64_t messages) {
-    int64_t rec[7] = {3, E->completed, E->acked, messages, E->net_bytes_done, E->net_bytes_total, ++E->beats};
+    int64_t now = mono_ns();
+    int64_t rec[9] = {4, E->completed, E->acked, messages, E->net_bytes_done, E->net_bytes_total, ++E->beats,
+                      E->start_ns, now};
     if (pwrite(fd, rec, sizeof rec, 0) != (ssize_t)sizeof rec) futimens(fd, NULL);
     if (!E->live) return;
     for (int i = 0; i < E->P->n_flows; i++) {
@@ -786,6 +809,13 @@ static void beat(engine *E, int fd, int64_t messages) {
     }
     size_t n = (size_t)E->P->n_flows * sizeof *E->live;
     if (pwrite(fd, E->live, n, sizeof rec) != (ssize_t)n) return;   /* the header still beat */
+    if (E->P->n_streams <= 0) return;
+    /* ended by the beat's count: a reader that finds another than the header's read a torn pair */
+    int64_t *busy = E->live_busy;
+    sync_busy(E, now, busy);
+    busy[E->P->n_streams] = E->beats;
+    size_t nb = (size_t)(E->P->n_streams + 1) * sizeof *busy;
+    if (pwrite(fd, busy, nb, (off_t)(sizeof rec + n)) != (ssize_t)nb) return;
 }
 
 static void complete(engine *E, int32_t m, int64_t t) {
@@ -822,6 +852,7 @@ static void release(engine *E, int32_t m, int64_t now) {
         return;
     }
     flow_t *f = &E->flows[flow];
+    if (!gbn_resending(&f->tx) && f->head == f->tail) f->work_ns = now;
     f->fifo[f->tail++] = m;
     class_has_work(E, P->flow_src[flow], P->flow_cls[flow], now);
 }
@@ -889,13 +920,19 @@ static int stage_frame(engine *E, int flow, nic_class *c, int64_t now) {
     if (P->cc) {
         dcqcn *d = &f->dc;
         if (d->rate < d->p.line_bps * (1 - 1e-9)) {
-            /* the rate limiter: at most one gap of credit after a late start */
+            /* the rate limiter: at most one gap of credit after a late start. Behind its rate
+             * from a gap past its time, or from when it got something to send if it had nothing
+             * then: a QP idle between its messages is not late (2026-12-06: on an all-to-all with
+             * DCQCN, 84% of the time counted behind was such idling, and the run's hosts judged
+             * slow for it) */
             int64_t gap = (int64_t)(len * 8e9 / d->rate);
-            if (f->next_ns && now - f->next_ns > gap) {
-                int64_t behind = now - f->next_ns - gap;
+            int64_t due = f->next_ns + gap;
+            if (f->work_ns > due) due = f->work_ns;
+            if (f->next_ns && now > due) {
+                int64_t behind = now - due;
                 E->R->flow_stats[flow * FS_N + FS_BEHIND_NS] += behind;
                 gap_rec g = {0};
-                g.start_ns = f->next_ns + gap; g.end_ns = now; g.host = P->flow_src[flow]; g.flow = flow;
+                g.start_ns = due; g.end_ns = now; g.host = P->flow_src[flow]; g.flow = flow;
                 g.cls = P->flow_cls[flow]; g.kind = GAP_QP_BEHIND;
                 fwrite(&g, sizeof g, 1, E->fgap);
             }
@@ -1142,6 +1179,7 @@ static void on_ack(engine *E, host_t *h, int hi, const unsigned char *b, int64_t
         gbn_acked(&f->tx, psn, now);
     } else {
         uint64_t before = f->tx.retransmitted;
+        if (!flow_has_work(E, f)) f->work_ns = now;   /* a go-back it had nothing before */
         gbn_nacked(&f->tx, psn, now);
         qp_event(E, now, (int)flow, NAK_RECEIVED, (uint64_t)psn);
         if (f->tx.retransmitted != before) qp_event(E, now, (int)flow, GO_BACK_NAK, f->tx.retransmitted - before);
@@ -1458,7 +1496,9 @@ static int setup_ring(host_t *h, int verify_icrc, char *err, size_t errlen) {
 static void check_timeouts(engine *E, int64_t now) {
     for (int i = 0; i < E->P->n_flows; i++) {
         flow_t *f = &E->flows[i];
+        int idle = !flow_has_work(E, f);
         if (f->tx.una != f->tx.next && gbn_timed_out(&f->tx, now, E->P->rto_ns)) {
+            if (idle) f->work_ns = now;
             qp_event(E, now, i, GO_BACK_TIMEOUT, (uint64_t)(f->tx.resend_end - f->tx.resend));
             class_has_work(E, E->P->flow_src[i], E->P->flow_cls[i], now);
         }
@@ -1525,6 +1565,8 @@ static void end_computes(engine *E, int64_t now) {
         E->R->acked_ns[m] = t;
         E->acked++;
         E->last_progress = now;
+        int32_t st = E->P->msg_stream[m];
+        if (st >= 0 && E->P->msg_sync[m]) E->stream_sync_ns[st] += t - E->R->first_tx_ns[m];
         complete(E, m, t);
     }
 }
@@ -1563,12 +1605,14 @@ int nic_run(const nic_plan *P, nic_result *R) {
     E->kick = calloc((size_t)(nh ? nh : 1) * MAX_CLASSES, sizeof(int32_t));
     E->ready_ns = calloc(nm ? nm : 1, sizeof(int64_t));
     E->stream_free_ns = calloc(P->n_streams > 0 ? P->n_streams : 1, sizeof(int64_t));
+    E->stream_sync_ns = calloc(P->n_streams > 0 ? P->n_streams : 1, sizeof(int64_t));
+    E->live_busy = calloc((size_t)(P->n_streams > 0 ? P->n_streams : 0) + 1, sizeof(int64_t));
     int ep = epoll_create1(EPOLL_CLOEXEC), ep_door = epoll_create1(EPOLL_CLOEXEC);
     int hb = open(P->heartbeat_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     E->live = calloc(nf ? nf : 1, sizeof *E->live);
     E->ftx = fopen(P->tx_path, "wb"); E->frx = fopen(P->rx_path, "wb");
     E->fqp = fopen(P->qp_path, "wb"); E->fgap = fopen(P->gap_path, "wb");
-    if (!E->hosts || !E->flows || !E->msg_npkts || !E->kick || !E->ready_ns || !E->stream_free_ns || ep < 0 || ep_door < 0 || hb < 0 || !E->ftx || !E->frx || !E->fqp || !E->fgap) {
+    if (!E->hosts || !E->flows || !E->msg_npkts || !E->kick || !E->ready_ns || !E->stream_free_ns || !E->stream_sync_ns || !E->live_busy || ep < 0 || ep_door < 0 || hb < 0 || !E->ftx || !E->frx || !E->fqp || !E->fgap) {
         snprintf(R->error, sizeof R->error, "setting up the data plane failed: %s", strerror(errno));
         goto out;
     }
@@ -1644,7 +1688,7 @@ int nic_run(const nic_plan *P, nic_result *R) {
     E->clock_off = E->prev_clock_off = clock_offset();
     for (int i = 0; i < nh; i++) E->hosts[i].last_read_ns = start;
     int64_t next_clock = start + CLOCK_RESAMPLE_NS;
-    R->start_ns = start;
+    R->start_ns = E->start_ns = start;
     R->clock_offset_ns = E->clock_off;
     for (int m = 0; m < nm; m++) if (E->waiting[m] == 0) release(E, m, start);
     E->last_progress = start;
@@ -1850,7 +1894,7 @@ out:
     }
     if (E->flows) for (int i = 0; i < nf; i++) { free(E->flows[i].fifo); free(E->flows[i].start_psn); }
     free(E->hosts); free(E->flows); free(E->msg_npkts); free(E->waiting); free(E->heap_t); free(E->heap_m);
-    free(E->cc_running); free(E->kick); free(E->ready_ns); free(E->stream_free_ns); free(E->dl); free(E->ends);
+    free(E->cc_running); free(E->kick); free(E->ready_ns); free(E->stream_free_ns); free(E->stream_sync_ns); free(E->live_busy); free(E->dl); free(E->ends);
     return rc;
 }
 
