@@ -129,6 +129,11 @@ def test_the_status_table_renders_a_runs_ports():
     console.print(render(doc, {"progress": None}, top=10))
     text = console.export_text()
     assert "s0\u2192s1" in text and "s1\u2192s0" in text and "2 switch ports" in text
+    # a workload that computes: its workers' share not computing over the last window
+    progress = {"messages_done": 5, "messages": 10, "done_fraction": 0.5,
+                "training": {"sync_share_last_window": 0.384, "window_us_hw": 80.0}}
+    console.print(render(doc, {"progress": progress}, top=10))
+    assert "sync share 38% (last 80 us hw)" in console.export_text()
 
 
 @pytest.fixture
