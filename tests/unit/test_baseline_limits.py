@@ -54,6 +54,10 @@ SABOTAGE = {
     # without go-back-N nothing is resent, while the port drops and frames are lost (its
     # expectations say it must drop; its losses are not tracked, their spread admits any count)
     "lossy-fabric": [("transport.reliability=none", "packets.retransmitted", 0, {"packets.lost": 1})],
+    # the tuning off makes no move; pinned to its start, it ends where it began
+    "ecn-tuning-incast": [("controller.ecn_tuning=off", "qos.ecn_tuning.changes", 0),
+                          ("controller.ecn_tuning_kmin_bytes=[800000, 800000]",
+                           "qos.ecn_tuning.classes.roce.end.kmin_bytes", 800000)],
 }
 
 
