@@ -6,9 +6,10 @@ A heartbeat carries, per compute stream (one per host that computes), the time i
 two beats, a worker's share is 1 - its compute time / the time between them; the run's is the mean
 over the workers, as summary.training's sync_share takes it per iteration
 (testbed.analysis.training). What can be known during the run is time windows, not iterations: this
-gives the share since the traffic started and over the last second of wall clock (WINDOW_S; about
-200 ms of beats short of it when the API was asked less often), with the window's length in
-hardware time."""
+gives the share since the traffic started and over the last second of wall clock (WINDOW_S: from
+the newest beat the API saw at least that long before the last; shorter before it has seen one,
+longer when it was asked less often), with the window's length in wall-clock seconds and hardware
+time."""
 from __future__ import annotations
 
 from collections import deque
