@@ -36,7 +36,7 @@ from testbed.northbound.sync_share import LiveSyncShare
 from testbed.records import read_compute_busy, read_engine_progress, read_qp_live
 from testbed.run.cpu import stat_totals
 from testbed.runfolder import RunFolder
-from testbed.traffic.plan import COMPUTE_TAG, EnginePlan, compute_streams
+from testbed.traffic.plan import EnginePlan, compute_streams, weighs_in_sync_share
 from topologies.model import Fabric
 
 API_VERSION = 1
@@ -106,7 +106,7 @@ class RunApi:
         except (OSError, ValueError, KeyError, TypeError):
             return False
         streams = compute_streams(plan.messages)
-        weighed = {m.host for m in plan.messages if m.flow < 0 and m.tag == COMPUTE_TAG}
+        weighed = {m.host for m in plan.messages if weighs_in_sync_share(m)}
         self.sync = LiveSyncShare(streams, [h in weighed for h in streams], self.dilation)
         self.n_streams = len(streams)
         self.flows = [f.to_json() for f in plan.flows]

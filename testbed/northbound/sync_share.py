@@ -49,7 +49,6 @@ class LiveSyncShare:
         window = self._shares(last, first) if first else None
         return {"hosts_computing": len(self.hosts), "definition": DEFINITION,
                 "sync_share_since_start": _mean(since),
-                "since_start_us_hw": (last.beat_ns - last.started_ns) / self.dilation / 1e3,
                 "sync_share_last_window": _mean(window) if window else None,
                 "window_s": (last.beat_ns - first.beat_ns) / 1e9 if first else None,
                 "window_us_hw": (last.beat_ns - first.beat_ns) / self.dilation / 1e3 if first else None,

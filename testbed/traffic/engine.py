@@ -31,7 +31,7 @@ from testbed.runfolder import RunFolder
 from testbed.traffic import nic
 from testbed.traffic.packets import (MESSAGE_END_FILTER, PAYLOAD_HEADER_LEN, RC_SEND_ONLY, ROCE_SOCKET_FILTER,
                                      ROCE_UDP_PORT, AckTemplate, CnpTemplate, DataTemplate)
-from testbed.traffic.plan import COMPUTE_TAG, EnginePlan, FlowSpec, HostSpec, MessageSpec, compute_streams
+from testbed.traffic.plan import EnginePlan, FlowSpec, HostSpec, MessageSpec, compute_streams, weighs_in_sync_share
 from testbed.traffic.transport import dcqcn_params
 
 ETH_P_IP = 0x0800
@@ -152,7 +152,7 @@ def message_arrays(msgs: tuple[MessageSpec, ...], nf: int) -> dict[str, np.ndarr
     a["msg_waiting"] = np.array([len(m.deps) for m in msgs], np.int32)
     streams = {h: i for i, h in enumerate(compute_streams(msgs))}
     a["msg_stream"] = np.array([streams[m.host] if m.flow < 0 and m.host else -1 for m in msgs], np.int32)
-    a["msg_sync"] = np.array([m.flow < 0 and m.tag == COMPUTE_TAG for m in msgs], np.int32)
+    a["msg_sync"] = np.array([weighs_in_sync_share(m) for m in msgs], np.int32)
     dependents: list[list[int]] = [[] for _ in range(len(msgs))]
     for m in msgs:
         for d in m.deps:

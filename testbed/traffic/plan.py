@@ -60,6 +60,11 @@ class MessageSpec:
         return cls(**{**d, "deps": tuple(d["deps"])})
 
 
+def weighs_in_sync_share(m: MessageSpec) -> bool:
+    """A compute step the synchronisation share weighs: tagged COMPUTE_TAG."""
+    return m.flow < 0 and m.tag == COMPUTE_TAG
+
+
 def compute_streams(msgs: tuple[MessageSpec, ...]) -> list[str]:
     """The data plane's compute streams, in its order: one per host that computes (its steps run one
     at a time), by host name."""
