@@ -299,6 +299,10 @@ def _judge(n: str, sets: list[str], scenario) -> dict:
     unreachable = limits.unreachable(base, scenario) if base else []
     if unreachable:
         console.print(f"[yellow]{n}: some limits of its baseline could never fail: {escape('; '.join(unreachable))}[/]")
+    finer = limits.finer_than_step(base, scenario) if base else []
+    if finer:
+        console.print(f"[yellow]{n}: some tolerances are finer than their metric moves, so a run a step away fails "
+                      f"on the step alone: {escape('; '.join(finer))} (docs/regression.md)[/]")
     overrides = {t.metric: (t.rel, t.abs) for t in scenario.tolerance}
     for c in regress.compare(s, base, overrides) if base else []:
         rows.append((c["metric"], _num(c["baseline"]), _num(c["limit"]), _num(c["now"]), c["verdict"]))
@@ -399,9 +403,11 @@ def cmd_spread(args) -> int:
     (baselines/spread/NAME.jsonl), and the [[tolerance]] tables it gives; --record adds the stored
     runs to the ledger first."""
     from testbed.regress import baselines as regress
+    from testbed.regress import limits
     from testbed.run.runner import RESULTS_DIR
     from testbed.scenario import load_scenario
-    name = load_scenario(args.name).name
+    sc = load_scenario(args.name)
+    name = sc.name
     roots = [Path(r) for r in args.runs] or [RESULTS_DIR / name]
     stored = []
     for root in roots:
@@ -418,7 +424,7 @@ def cmd_spread(args) -> int:
     ledger = regress.read_ledger(name)
     seen = {e["run_id"] for e in ledger}
     entries = ledger + [e for e in stored if e["run_id"] not in seen]
-    stats = regress.spread(entries)
+    stats = regress.spread(entries, lambda path: limits.resolution(path, sc))
     n = max((st["runs"] for st in stats.values() if st["class"] == "performance"), default=0)
     console.print(f"{args.name}: {len(entries)} runs ({len(ledger)} from its spread ledger), {n} faithful and ok")
     if n < regress.MIN_SPREAD_RUNS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from testbed.errors import InputError
@@ -208,11 +209,15 @@ def spread_entry(summary: dict) -> dict:
             "fidelity_verdict": (summary.get("fidelity") or {}).get("verdict")}
 
 
-def spread(entries: list[dict]) -> dict[str, dict]:
+def spread(entries: list[dict], resolution: Callable[[str], float] = lambda path: 0.0) -> dict[str, dict]:
     """Per tracked metric with a tolerance, over spread_entry records: how many runs, their least,
     median and largest value, and the tolerance that spread gives. Over the runs in which nothing
     failed; a performance metric only over the faithful ones, since it is judged only on those, and a
-    policy metric over all of them, since it is judged on every run."""
+    policy metric over all of them, since it is judged on every run.
+
+    A metric that moves in steps (resolution: its step, 0 where it is continuous; limits.resolution)
+    gets at least one step: its runs can agree to the step while what it summarises moves, and the
+    next run crosses the step (a queue's p99 in whole frames; docs/regression.md)."""
     clean = [e for e in entries if e["status"] == "ok"]
     values: dict[str, list[float]] = {}
     for e in clean:
@@ -229,9 +234,11 @@ def spread(entries: list[dict]) -> dict[str, dict]:
         vs = sorted(vs)
         lo, hi = vs[0], vs[-1]
         mid = len(vs) // 2
+        measured = float(f"{SPREAD_FACTOR * (hi - lo):.3g}")
+        step = resolution(path)
         out[path] = {"runs": len(vs), "class": metric_class(path), "min": lo, "max": hi,
                      "median": vs[mid] if len(vs) % 2 else (vs[mid - 1] + vs[mid]) / 2,
-                     "abs": float(f"{SPREAD_FACTOR * (hi - lo):.3g}")}
+                     "abs": max(measured, step), "step": step if step > measured else None}
     return out
 
 
@@ -295,7 +302,8 @@ def tolerance_toml(stats: dict[str, dict], commits: list[str]) -> str:
              f"# (commits {names}): each tolerance is {SPREAD_FACTOR:g} x the range (testbed spread)."]
     for path, st in stats.items():
         lines += ["[[tolerance]]", f'metric = "{path}"',
-                  f"abs = {st['abs']!r}  # {st['min']:.6g} .. {st['max']:.6g}, median {st['median']:.6g}", "rel = 0.0",
+                  f"abs = {st['abs']!r}  # {st['min']:.6g} .. {st['max']:.6g}, median {st['median']:.6g}"
+                  + (f"; its step, {st['step']:.6g}" if st.get("step") else ""), "rel = 0.0",
                   ""]
     return "\n".join(lines)
 

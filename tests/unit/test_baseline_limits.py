@@ -81,6 +81,26 @@ def test_every_tracked_metric_of_a_baseline_has_a_physical_bound(name):
 
 
 @pytest.mark.parametrize("name", BASELINES)
+def test_no_tolerance_of_a_committed_baseline_is_finer_than_its_metrics_step(name):
+    assert limits.finer_than_step(load_baseline(name), load_scenario(name)) == []
+
+
+def test_a_queue_percentile_moves_in_whole_frames_of_its_scenario():
+    sc = load_scenario("hybrid-torus")
+    q = "transport.steady_state.bottleneck_queue.p99_bytes"
+    assert limits.resolution(q, sc) == sc.workload.payload_bytes + 58 == 4154
+    assert limits.resolution("collective.mean_time_s", sc) == 0.0
+    # a tolerance of none on it is refused; one frame is not
+    base = {"metrics": {q: 8308.0}}
+    zero = dataclasses.replace(sc, tolerance=[t if t.metric != q else dataclasses.replace(t, abs=0.0)
+                                              for t in sc.tolerance])
+    assert limits.finer_than_step(base, zero) == [f"{q}: tolerance 0 is finer than its step 4154"]
+    frame = dataclasses.replace(sc, tolerance=[t if t.metric != q else dataclasses.replace(t, abs=4154.0)
+                                               for t in sc.tolerance])
+    assert limits.finer_than_step(base, frame) == []
+
+
+@pytest.mark.parametrize("name", BASELINES)
 def test_committed_baselines_are_of_clean_commits(name):
     assert regress.unrecordable(load_baseline(name)["git_commit"]) is None
 
@@ -105,12 +125,19 @@ def test_the_sabotaged_policies_stay_caught_at_the_limits(name):
 
 
 def test_a_limit_above_the_buffer_is_found():
-    # incast-ecn's bottleneck queue with the old default tolerance (twice the baseline): above its
-    # 2 MiB class buffer, it could never fail
+    # incast-ecn's bottleneck queue with the old default tolerance (twice the baseline): above the
+    # 504 whole frames its 2 MiB class buffer holds, it could never fail
     sc = load_scenario("incast-ecn")
     base = {"metrics": {"transport.steady_state.bottleneck_queue.p99_bytes": 1.58e6}}
     found = limits.unreachable(base, dataclasses.replace(sc, tolerance=()))
-    assert len(found) == 1 and "2.097e+06" in found[0], found
+    assert len(found) == 1 and "2.094e+06" in found[0], found
+    # lossy-fabric's full queue: 15 frames of 4154 bytes fill its 64 KiB buffer, a 16th never fits,
+    # so a p99 at 15 frames cannot grow and its baseline does not track it
+    lossy = load_scenario("lossy-fabric")
+    q = "transport.steady_state.bottleneck_queue.p99_bytes"
+    assert limits.physical_range(q, lossy).hi == 15 * 4154
+    assert limits.unreachable({"metrics": {q: 62310.0}}, lossy) != []
+    assert q not in load_baseline("lossy-fabric")["metrics"]
 
 
 def test_a_near_limit_that_admits_none_is_found():

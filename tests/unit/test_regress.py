@@ -171,6 +171,31 @@ def test_the_spread_judges_performance_over_faithful_runs_and_policy_over_every_
     assert {t.metric: t.abs for t in sc.tolerance}["qos.ecn.marked"] == pytest.approx(SPREAD_FACTOR * 29)
 
 
+def test_a_metric_that_moves_in_steps_gets_at_least_one_step_of_tolerance():
+    # twenty runs agreeing to the frame on a queue's p99: the range is 0, the next run can be a
+    # frame away; a metric whose range is wider than its step keeps its measured tolerance
+    import tomllib
+
+    from testbed.regress.baselines import spread, spread_entry, tolerance_toml
+    from testbed.scenario import load_document
+    q = "transport.steady_state.bottleneck_queue.p99_bytes"
+    runs = []
+    for i in range(20):
+        r = _run(1.0 + 0.01 * i, 100 + i)
+        r["transport"] = {"steady_state": {"bottleneck_queue": {"p99_bytes": 8308.0}}}
+        runs.append(spread_entry(r))
+    steps = {q: 4154.0, "qos.ecn.marked": 1.0}
+    st = spread(runs, lambda path: steps.get(path, 0.0))
+    assert st[q]["min"] == st[q]["max"] == 8308.0 and st[q]["abs"] == 4154.0 and st[q]["step"] == 4154.0
+    assert st["qos.ecn.marked"]["abs"] == pytest.approx(1.5 * 19) and st["qos.ecn.marked"]["step"] is None
+    # without a step the range is all there is
+    assert spread(runs)[q]["abs"] == 0.0
+    text = tolerance_toml(st, ["abc"])
+    assert "8308 .. 8308, median 8308; its step, 4154" in text
+    sc = load_document("s", {"tolerance": tomllib.loads(text)["tolerance"]}, "s.toml")
+    assert {t.metric: t.abs for t in sc.tolerance}[q] == 4154.0
+
+
 def test_a_spread_ledger_keeps_each_run_once_and_gives_the_spread_its_runs_gave(tmp_path):
     # two sessions' runs, their folders gone after the first: the ledger's spread is the one the
     # summaries themselves give
