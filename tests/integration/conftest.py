@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import ROOT, cli_argv  # noqa: E402
+from helpers import ROOT, cli_argv, env_with_results, run_dirs  # noqa: E402
 
 FOREIGN_BRIDGE = "tbforeign0"
 
@@ -41,3 +41,18 @@ def suite_runs(tmp_path_factory):
     of the mechanisms a scenario shows read the same run instead of running it once more."""
     from helpers import SuiteRuns
     return SuiteRuns(tmp_path_factory.mktemp("suite"))
+
+
+@pytest.fixture(scope="session")
+def ring_without_dateline(tmp_path_factory):
+    """dateline-torus with its dateline policy sabotaged, run once a session: pfc-deadlock-torus's
+    fabric and traffic (tests/unit/test_qos.py holds the two files to that) under dateline-torus's
+    expectations, so that test_port_qos sees the ring deadlock and test_regression sees the
+    sabotage caught, from one run. (The ring with its dateline is the suite's dateline-torus.)
+    The completed `testbed run` and its run folder."""
+    results = tmp_path_factory.mktemp("ring-without-dateline")
+    argv = cli_argv("run", "dateline-torus", "--set", "controller.dateline=false", "--set", "run.report=false")
+    out = subprocess.run(argv, cwd=ROOT, env=env_with_results(results), capture_output=True, text=True, timeout=300)
+    dirs = run_dirs(results)
+    assert dirs, out.stdout + out.stderr
+    return out, dirs[-1]

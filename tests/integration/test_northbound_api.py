@@ -43,6 +43,19 @@ def post(path: str, body: dict, token: str | None) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+def traffic_flowing(timeout_s: float) -> bool:
+    """Whether some switch port's transmit counter moves between two reads within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    before = {p["port"]: p["tx_bytes"] for p in get("/api/v1/ports")["ports"]}
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = {p["port"]: p["tx_bytes"] for p in get("/api/v1/ports")["ports"]}
+        if any(v > before.get(k, 0) for k, v in now.items()):
+            return True
+        before = now
+    return False
+
+
 class LiveRun:
     """`testbed run` in the background, its output read line by line."""
 
@@ -103,16 +116,8 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
     assert set(routes["routes"]) == {s["name"] for s in topo["switches"]}
 
     # counters move while the traffic flows: some port sends more between two reads
-    first = {p["port"]: p["tx_bytes"] for p in get("/api/v1/ports")["ports"]}
-    moved = False
-    for _ in range(50):
-        time.sleep(0.2)
-        doc = get("/api/v1/ports")
-        if any(p["tx_bytes"] > first.get(p["port"], 0) for p in doc["ports"]):
-            moved = True
-            break
-    assert moved, "no switch port's transmit counter moved during the traffic"
-    ports = doc["ports"]
+    assert traffic_flowing(60), "no switch port's transmit counter moved during the traffic"
+    ports = get("/api/v1/ports")["ports"]
     assert {p["port"] for p in ports} == {f"{l[e]}-eth{l[e + '_port']}" for l in topo["links"] for e in ("a", "b")
                                           if l[e] in {s["name"] for s in topo["switches"]}}
     assert all(len(p["classes"]) == 3 for p in ports)
@@ -210,11 +215,9 @@ def test_the_api_reads_the_fabric_changes_its_policy_and_goes_with_the_run(live_
 def test_the_live_view_shows_every_switch_and_moves_with_the_traffic(live_run, tmp_path):
     assert shutil.which("chromium"), "Debian's chromium is missing: make setup installs it (tools/setup-host.sh)"
     live_run.wait_for(STARTED, 300)
-    # wait for the traffic: a port's counter moving
-    for _ in range(100):
-        if any(p["tx_bytes"] for p in get("/api/v1/ports")["ports"]):
-            break
-        time.sleep(0.1)
+    # the traffic flowing now: a port's counter moving between two reads. (A counter above zero is
+    # not enough: CI once opened the page before the first frame, and 1.5 s of stream showed idle links.)
+    assert traffic_flowing(120), "no switch port's transmit counter moved: the traffic never flowed"
     switches_served = {s["name"] for s in get("/api/v1/topology")["switches"]}
     run_dir = next(tmp_path.glob("incast-pfc/*"))
     shot = run_dir / "live.png"

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.root
 
 
 def run_one(tmp_path, name, *sets, expect_rc=0):
-    args = [a for s in sets for a in ("--set", s)]
+    # no report: these tests read the run's records, and matplotlib's seconds a run add up
+    args = [a for s in (*sets, "run.report=false") for a in ("--set", s)]
     out = run_testbed(tmp_path, "run", name, *args)
     if expect_rc == 0:
         assert_ran(out)
@@ -409,13 +410,16 @@ def test_priority_queuing_protects_allreduce_from_bulk(tmp_path, suite_runs):
     assert t_fifo >= 1.3 * t_alone, (t_fifo, t_alone)
 
 
-def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(tmp_path):
-    run_dir, s = run_one(tmp_path, "pfc-deadlock-torus", expect_rc=1)
+def test_pfc_on_a_torus_ring_deadlocks_without_dateline_and_not_with_it(ring_without_dateline, suite_runs):
+    # pfc-deadlock-torus's ring and traffic, without the dateline and with it (dateline-torus)
+    out, run_dir = ring_without_dateline
+    assert out.returncode == 1, out.stdout + out.stderr
+    s = summary_of(run_dir)
     assert s["status"] == "deadlock"
     cycle = s["qos"]["pfc"]["deadlock"]["cycle"]
     assert len(cycle) == 8 and all(m["depth_bytes"] > 0 for m in cycle)
     assert (run_dir / "raw" / "deadlock.json").exists()
-    _, ok = run_one(tmp_path, "pfc-deadlock-torus", "controller.dateline=true")
+    ok = suite_runs.get("dateline-torus").summary
     # completes, losslessly, with pauses and no deadlock
     assert ok["status"] in NOTHING_FAILED, ok["problems"]
     assert ok["collective"]["iterations_complete"] == 1

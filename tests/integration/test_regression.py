@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from helpers import ROOT, cli_argv, deep_incast, env_with_results, run_dirs, summary_of
+from helpers import ROOT, cli_argv, deep_incast, env_with_results, summary_of
 
 pytestmark = pytest.mark.root
 
@@ -61,10 +61,10 @@ def test_ecn_off_regresses_against_the_committed_baseline(tmp_path):
     assert result(out)["failed"]["incast-ecn"].count("qos.ecn.marked") == 2, out.stdout
 
 
-def test_routing_without_the_dateline_is_caught(tmp_path):
-    out = run_cli(tmp_path, "run", "dateline-torus", "--set", "controller.dateline=false")
+def test_routing_without_the_dateline_is_caught(ring_without_dateline):
+    out, run_dir = ring_without_dateline
     assert out.returncode == 1, out.stdout + out.stderr
-    s = summary_of(run_dirs(tmp_path / "results")[-1])
+    s = summary_of(run_dir)
     assert s["status"] == "deadlock"
     # caught by its policy expectations, each named: the deadlock, and the AllReduce it stopped
     failed = {e["metric"]: e for e in s["expectations"] if e["ok"] is False}

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.root
 
 
 def run_one(tmp_path, name, *sets):
-    args = [a for s in sets for a in ("--set", s)]
+    # no report: these tests read the run's records, and matplotlib's seconds a run add up
+    args = [a for s in (*sets, "run.report=false") for a in ("--set", s)]
     out = run_testbed(tmp_path, "run", name, *args)
     assert_ran(out)
     run_dir = run_dirs(tmp_path)[-1]

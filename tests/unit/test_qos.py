@@ -310,3 +310,12 @@ def test_a_lossless_class_below_two_frames_of_buffer_is_refused():
     assert e.value.field == "classes[0].buffer_bytes" and str(2 * frame) in str(e.value)
     sc = load_document("x", doc(2 * frame), "x.toml")
     assert qos.queue_profile(sc, sc.classes[0], [100e6], 0.002).xoff_bytes <= 2 * frame
+
+
+def test_the_deadlocking_ring_is_dateline_torus_without_its_dateline():
+    # the root tests run the deadlock once, as dateline-torus sabotaged (tests/integration/conftest.py
+    # ring_without_dateline): that is pfc-deadlock-torus in all but its words and judgements
+    shipped = load_scenario("pfc-deadlock-torus")
+    sabotaged = load_scenario("dateline-torus", ["controller.dateline=false"])
+    differ = {f.name for f in dataclasses.fields(shipped) if getattr(shipped, f.name) != getattr(sabotaged, f.name)}
+    assert differ == {"name", "path", "description", "expect", "tolerance", "regress_skip"}
