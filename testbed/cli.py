@@ -303,8 +303,7 @@ def _judge(n: str, sets: list[str], scenario) -> dict:
     if finer:
         console.print(f"[yellow]{n}: some tolerances are finer than their metric moves, so a run a step away fails "
                       f"on the step alone: {escape('; '.join(finer))} (docs/regression.md)[/]")
-    overrides = {t.metric: (t.rel, t.abs) for t in scenario.tolerance}
-    for c in regress.compare(s, base, overrides) if base else []:
+    for c in regress.compare(s, base, limits.overrides(scenario)) if base else []:
         rows.append((c["metric"], _num(c["baseline"]), _num(c["limit"]), _num(c["now"]), c["verdict"]))
     # a run that failed outside its expectations (traffic stalled, a deadlock, lost or
     # unaccounted packets) fails as itself, named, whatever its baseline tracks

@@ -65,6 +65,11 @@ def max_latency_s(sc: Scenario, cls: int) -> float:
     return hops * _buffer(sc, cls) * 8 / (sc.fabric.bw_mbps * 1e6)
 
 
+def overrides(sc: Scenario) -> dict[str, tuple[float, float]]:
+    """The scenario's [[tolerance]] tables as regress.compare and tolerance_of take them."""
+    return {t.metric: (t.rel, t.abs) for t in sc.tolerance}
+
+
 def resolution(path: str, sc: Scenario) -> float:
     """The step a tracked metric moves in, 0 where it is continuous: a queue holds whole frames, so
     a percentile of its depth is a multiple of the frame. Two runs whose queues spent 0.9% and 1.1%
@@ -118,11 +123,10 @@ def physical_range(path: str, sc: Scenario) -> Range | None:
 def unreachable(baseline: dict, sc: Scenario) -> list[str]:
     """Each tracked metric of the baseline whose limit (with the scenario's tolerances) lies where
     the scenario cannot take it, so that it could never fail: "metric: why"."""
-    overrides = {t.metric: (t.rel, t.abs) for t in sc.tolerance}
-    rows = regress.compare(_as_summary(baseline["metrics"]), baseline, overrides)
+    rows = regress.compare(_as_summary(baseline["metrics"]), baseline, overrides(sc))
     out = []
     for r in rows:
-        tol = regress.tolerance_of(r["metric"], overrides)
+        tol = regress.tolerance_of(r["metric"], overrides(sc))
         rng = physical_range(r["metric"], sc)
         if rng is None:
             continue   # unbounded() names it
@@ -162,11 +166,11 @@ def finer_than_step(baseline: dict, sc: Scenario) -> list[str]:
     """Each tracked metric of the baseline whose tolerance (the scenario's, or the default) is finer
     than the step the metric moves in (resolution): a run a step away from the baseline fails it
     while what the metric summarises barely moved. "metric: why"."""
-    overrides = {t.metric: (t.rel, t.abs) for t in sc.tolerance}
     out = []
     for path, base in baseline["metrics"].items():
         step = resolution(path, sc)
-        tol = regress.tolerance_of(path, overrides)
-        if step and tol is not None and max(abs(base) * tol.rel, tol.abs) < step:
-            out.append(f"{path}: tolerance {max(abs(base) * tol.rel, tol.abs):.6g} is finer than its step {step:.6g}")
+        tol = regress.tolerance_of(path, overrides(sc)) if step else None
+        margin = max(abs(base) * tol.rel, tol.abs) if tol is not None else step
+        if margin < step:
+            out.append(f"{path}: tolerance {margin:.6g} is finer than its step {step:.6g}")
     return out
