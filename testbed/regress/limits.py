@@ -21,7 +21,7 @@ import networkx as nx
 from testbed.fabric.qos import class_of_dscp, frame_bytes
 from testbed.regress import baselines as regress
 from testbed.scenario import Scenario, build_fabric
-from testbed.traffic.workload import build_messages
+from testbed.traffic.workload import build_messages, flow_marking
 
 INF = math.inf
 # a run may beat the line-rate bound by its NIC's burst (testbed/analysis/bounds.py): well under this
@@ -48,6 +48,16 @@ def _class_index(sc: Scenario, name: str) -> int | None:
 
 def _buffer(sc: Scenario, cls: int) -> int:
     return sc.classes[cls].buffer_bytes or sc.fabric.queue_limit_bytes
+
+
+def _data_classes(sc: Scenario) -> set[int]:
+    """The classes a run's data frames queue in: each flow's (a job's or the bulk traffic's may
+    differ from the collective's). Acknowledgements are left out: a header-only frame per
+    `ack_every_packets` data frames, their class never holds the deepest queue of a run that sends
+    data."""
+    fabric = build_fabric(sc.fabric)
+    cls = class_of_dscp(sc)
+    return {cls[flow_marking(sc, fabric, m.src, m.tag)[0]] for m in build_messages(sc, fabric)[1] if m.bytes}
 
 
 def max_latency_s(sc: Scenario, cls: int) -> float:
@@ -97,9 +107,10 @@ def physical_range(path: str, sc: Scenario) -> Range | None:
         return Range(0.0, max_latency_s(sc, cls) * 1e6, "its buffers along the longest path at line rate, "
                      "or the time limit where PFC can hold it")
     if path == "transport.steady_state.bottleneck_queue.p99_bytes":
+        # the bottleneck is whichever port and class queued deepest, in any class data queues in
         frame = frame_bytes(sc)
-        whole = _buffer(sc, class_of_dscp(sc)[sc.workload.dscp]) // frame * frame
-        return Range(0.0, whole, f"the whole frames of {frame} bytes the collective's class buffer holds")
+        whole = max(_buffer(sc, c) for c in _data_classes(sc)) // frame * frame
+        return Range(0.0, whole, f"the whole frames of {frame} bytes the largest buffer of a class with data holds")
     if path == "transport.steady_state.jain_index":
         flows = _packets(sc)[1]
         return Range(1.0 / flows, 1.0, f"Jain's index over {flows} flows")

@@ -14,7 +14,7 @@ BASELINES = sorted(p.stem for p in BASELINE_DIR.glob("*.json"))
 
 # What each sabotaged policy does to a tracked metric: physics where it is certain (no marking
 # policy marks nothing, no PFC pauses nothing, a route without its dateline deadlocks the ring),
-# and for FIFO scheduling priority-mix's measured bound ratio (0.477-0.48, bench/README.md).
+# and measured runs' outcomes where physics gives no number.
 SABOTAGE = {
     "incast-ecn": [("qos.ecn=false", "qos.ecn.marked", 0)],
     # and a PFC policy pausing 100 times as often for the traffic it carries (issue 26: a bare
@@ -23,7 +23,10 @@ SABOTAGE = {
     "incast-fattree-pfc": [("qos.pfc=false", "qos.pfc.pauses", 0), ("pauses 100x", "qos.pfc.pauses_per_mb", 2180.0)],
     # no congestion control: no receiver sends a CNP, no sender cuts its rate
     "dcqcn-incast": [("transport.cc=none", "transport.cnps_sent", 0), ("transport.cc=none", "transport.rate_cuts", 0)],
-    "priority-mix": [("qos.scheduling=fifo", "collective.bound_ratio", 0.48)],
+    # priority-mix's bound ratio, 2 runs each on 0c6fc86 (D = 31500, faithful): FIFO scheduling
+    # 0.5989-0.5991, the priorities swapped 0.313-0.375, against 0.942-0.961 over its 36 ledger runs
+    "priority-mix": [("qos.scheduling=fifo", "collective.bound_ratio", 0.599),
+                     ("workload.dscp=0 workload.bulk_dscp=26", "collective.bound_ratio", 0.375)],
     # routes left on the failed link: Open vSwitch drops what they send into the down port, 2195-2216
     # frames in the sabotage's runs (docs/regression.md), where failover lost 0-18 in 22 runs
     "linkfail-torus3d": [("controller.reroute=false", "packets.lost", 2195)],
@@ -143,6 +146,20 @@ def test_a_limit_above_the_buffer_is_found():
     assert limits.physical_range(q, lossy).hi == 15 * 4154
     assert limits.unreachable({"metrics": {q: 62310.0}}, lossy) != []
     assert q not in load_baseline("lossy-fabric")["metrics"]
+
+
+def test_the_bottleneck_queue_is_bounded_by_the_class_it_queues_in():
+    # priority-mix's deepest queue is the bulk class's (4 MiB), behind the RoCE class (256 KiB):
+    # every run in its ledger measured it over 2 MB, so a bound of the collective's class buffer
+    # would call a run it measures impossible and leave the metric untracked
+    sc = load_scenario("priority-mix")
+    q = "transport.steady_state.bottleneck_queue.p99_bytes"
+    hi = limits.physical_range(q, sc).hi
+    assert hi == 4 * 2 ** 20 // 4154 * 4154
+    measured = [e["metrics"][q] for e in regress.read_ledger("priority-mix")]
+    assert min(measured) > 256 * 1024 and max(measured) <= hi
+    assert q in load_baseline("priority-mix")["metrics"]
+    assert limits.unreachable(load_baseline("priority-mix"), sc) == []
 
 
 def test_a_near_limit_that_admits_none_is_found():
