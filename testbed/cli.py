@@ -251,6 +251,9 @@ def cmd_baseline(args) -> int:
         run_dir, summary = _run_faithfully(args.name, [])
     if summary["scenario"] != sc.name:
         raise InputError(str(run_dir), None, f"a run of {summary['scenario']}, not {sc.name}")
+    why = regress.overridden(summary.get("overrides"))
+    if why:
+        raise InputError(str(RunFolder(run_dir).summary), "overrides", f"not stored as a baseline: {why}")
     if summary["status"] not in ("ok", "inconclusive"):
         raise RunFailed(f"{run_dir} is not a clean run (status {summary['status']}): not stored as a baseline")
     if summary["fidelity"]["verdict"] != "kept_up":
@@ -414,6 +417,14 @@ def cmd_spread(args) -> int:
             s = json.loads(f.read_text())
             if s.get("scenario") == name:
                 stored.append(regress.spread_entry(s))
+    # compare's policy B, a sweep or a sabotage sits beside the scenario's own runs: in its spread,
+    # a run of another policy would widen the tolerance toward that policy
+    foreign = [e for e in stored if regress.overridden(e["overrides"])]
+    if foreign:
+        named = "; ".join(f"{e['run_id']} ({' '.join(regress.foreign_overrides(e['overrides']))})" for e in foreign[:3])
+        console.print(f"{len(foreign)} run(s) left out, made with --set that changes what {name} emulates or how "
+                      f"it is judged: {escape(named)}{'; ...' if len(foreign) > 3 else ''}")
+        stored = [e for e in stored if e not in foreign]
     if args.record:
         try:
             path, added = regress.record_spread(name, stored)

@@ -39,8 +39,9 @@ def blocks(s: dict, drawn: list[str] = (), ports: list[dict] = (), port_count: i
     """The whole document of one run: its verdicts first, then what it measured. ports: the worst
     rows of the run's port counter table (testbed.analysis.ports), of port_count in all."""
     out: list[tuple] = [("h", 1, f"{s['scenario']}: {s['status'].upper()}")]
+    sets = "".join(f", --set {o}" for o in s.get("overrides") or ())
     out.append(("p", f"Run {s['run_id']}, commit {s.get('git_commit') or '-'}, datapath "
-                     f"{s['mechanisms'].get('datapath', '-')}."))
+                     f"{s['mechanisms'].get('datapath', '-')}{sets}."))
     out += _fidelity(s["fidelity"]) + _problems(s) + _expectations(s) + _hardware(s) + _workload(s) + _packets(s)
     out += _qos(s)
     out += _transport(s) + _background(s) + _latency_and_fct(s) + _links(s) + _ports(ports, port_count)

@@ -157,6 +157,8 @@ class Summary:
                       "each switch's equal-cost ports (members_used_share, max_over_mean, per_group; a policy metric)")
     git_commit: str | None = doc("the testbed's commit")
     expectations: list[dict] = doc("the scenario's expectations, each judged or why not")
+    overrides: list[str] = doc("the --set overrides the run was made with, as given (a spread or a baseline "
+                               "refuses one that changed what the scenario emulates or how it is judged)")
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -278,7 +280,7 @@ def analyze(run_dir: Path | str) -> dict:
         dilation=dilation_section(sc, collective, latency, tr, qos, emulator,
                                   flows["final_rate_bps"].tolist() if "final_rate_bps" in flows else []),
         latency_by_class_us=class_latency(t.packets, classes), fct_slowdown=slowdown_summary(fct), links=links,
-        git_commit=inp.manifest.get("git_commit"), expectations=[])
+        git_commit=inp.manifest.get("git_commit"), expectations=[], overrides=list(sc.get("overrides", ())))
     # the scenario's own expectations, on the finished summary; a performance expectation is not
     # judged on a run the emulation did not run faithfully
     expectations = check_expectations(summary.to_json(), sc.get("expect", []), fid["valid"])

@@ -201,12 +201,28 @@ MIN_SPREAD_RUNS = 20
 SPREAD_VERSION = 1
 
 
+# --set keys that change how a run is carried out or kept, not what it emulates nor how it is
+# judged: a run with only these still measures the scenario its file describes (a spread's runs at
+# twice auto's D, as regress's second run would be)
+RECORDABLE_OVERRIDES = frozenset({"run.dilation", "run.report", "run.api_port", "run.capture",
+                                  "run.capture_snaplen_bytes", "run.time_limit_s", "run.stall_timeout_s",
+                                  "run.routes_ready_timeout_s"})
+
+
+def foreign_overrides(overrides) -> list[str]:
+    """The --set overrides (as given) under which a run measured something other than what its
+    scenario file describes: compare's policy B (`classes.roce.ecn_kmin_bytes=20KB`) in a scenario's
+    spread would widen its tolerance toward that policy."""
+    return [o for o in overrides or () if o.split("=", 1)[0].strip() not in RECORDABLE_OVERRIDES]
+
+
 def spread_entry(summary: dict) -> dict:
     """What a run gives its scenario's spread: its tracked metrics (baseline_of), its status and its
     fidelity verdict. A spread ledger (record_spread) keeps these, so that a spread can gather runs of
     several sessions or machines without their folders, and the tolerances keep their evidence."""
     return {"spread_version": SPREAD_VERSION, **baseline_of(summary), "status": summary["status"],
-            "fidelity_verdict": (summary.get("fidelity") or {}).get("verdict")}
+            "fidelity_verdict": (summary.get("fidelity") or {}).get("verdict"),
+            "overrides": list(summary.get("overrides") or ())}
 
 
 def spread(entries: list[dict], resolution: Callable[[str], float] = lambda path: 0.0) -> dict[str, dict]:
@@ -273,10 +289,10 @@ def read_ledger(name: str, directory: Path = BASELINE_DIR) -> list[dict]:
 
 def record_spread(name: str, entries: list[dict], directory: Path = BASELINE_DIR) -> tuple[Path, int]:
     """Add the runs not yet in the scenario's ledger; how many were new. Every run must be of a clean
-    commit, as a baseline must (unrecordable): a ValueError naming the first that is not, and nothing
-    written."""
+    commit, as a baseline must (unrecordable), and of the scenario as its file describes it
+    (foreign_overrides): a ValueError naming the first that is not, and nothing written."""
     for e in entries:
-        why = unrecordable(e.get("git_commit"))
+        why = unrecordable(e.get("git_commit")) or overridden(e.get("overrides"))
         if why:
             raise ValueError(f"run {e['run_id']}: {why}")
         if e["scenario"] != name:
@@ -352,9 +368,16 @@ def unrecordable(commit: str | None) -> str | None:
     return None
 
 
+def overridden(overrides) -> str | None:
+    """Why a run made with these --set overrides cannot stand for its scenario, or None."""
+    bad = foreign_overrides(overrides)
+    return (f"it was made with --set {' '.join(bad)}, which changes what its scenario emulates or how it is "
+            f"judged (only {', '.join(sorted(RECORDABLE_OVERRIDES))} may be set)") if bad else None
+
+
 def save_baseline(summary: dict, directory: Path = BASELINE_DIR, untracked: tuple[str, ...] = ()) -> Path:
     """Store the run's baseline, without the metrics in untracked (whose limits could never fail)."""
-    why = unrecordable(summary.get("git_commit"))
+    why = unrecordable(summary.get("git_commit")) or overridden(summary.get("overrides"))
     if why:
         raise ValueError(why)
     directory.mkdir(parents=True, exist_ok=True)

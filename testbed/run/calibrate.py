@@ -420,7 +420,8 @@ def resolve(sc: Scenario, run_and_judge=None, log=print, slower: float = 1.0, at
         return dilate(sc, float(sc.run.dilation), "set")
     cal = cached(sc)
     if cal is None:
-        log(f"{sc.name}: no calibration of this fabric on this machine and commit; measuring it")
+        log(f"{sc.name}: no calibration of this fabric on this machine and emulating code; measuring it, once "
+            f"(kept in {CALIBRATION_DIR})")
         cal = calibrate(sc, run_and_judge, log)
     d, how = auto_factor(sc, cal, spare_cores())
     if at_least > d:

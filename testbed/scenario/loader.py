@@ -473,12 +473,13 @@ def load_document(name: str, doc: dict[str, Any], where: str, overrides: list[st
     set_here = apply_overrides(overrides, tables, arrays)
     _check_version_fields(where, version, tables, overrides)
     try:
-        return _build(name, doc, where, version, tables, arrays, base_dir or SCENARIO_DIR)
+        sc = _build(name, doc, where, version, tables, arrays, base_dir or SCENARIO_DIR)
     except InputError as e:
         # a value the command line set is named as the user wrote it
         if e.where == where and e.field in set_here:
             raise InputError("--set", set_here[e.field], e.message) from None
         raise
+    return dataclasses.replace(sc, overrides=tuple(overrides)) if overrides else sc
 
 
 def _build(name: str, doc: dict, where: str, version: int, tables: dict, arrays: dict, base_dir: Path) -> Scenario:

@@ -518,6 +518,9 @@ class Scenario:
     regress_skip: str = ""
     version: int = SCENARIO_VERSION
     dilation: Dilation = Dilation()
+    # the --set overrides it was loaded with, as given: a run records them, and a spread or a
+    # baseline refuses a run whose overrides changed what the file describes (testbed.regress)
+    overrides: tuple[str, ...] = ()
 
     def job_of(self, host: str) -> JobSpec | None:
         return next((j for j in self.jobs if host in j.hosts), None)
@@ -546,7 +549,8 @@ class Scenario:
                                          "workload": build(WorkloadSpec, j["workload"])})
                               for j in d.get("jobs", ())),
                    regress_skip=d.get("regress_skip", ""),
-                   version=d.get("version", 1), dilation=Dilation(**d.get("dilation", {})))
+                   version=d.get("version", 1), dilation=Dilation(**d.get("dilation", {})),
+                   overrides=tuple(d.get("overrides", ())))
 
     def with_class_change(self, class_name: str, field_name: str, value: Any) -> "Scenario":
         classes = tuple(dataclasses.replace(c, **{field_name: value}) if c.name == class_name else c

@@ -73,6 +73,22 @@ def test_routing_without_the_dateline_is_caught(ring_without_dateline):
     assert all(e["class"] == "policy" for e in failed.values())
 
 
+def test_a_sabotaged_run_stays_out_of_its_scenarios_baseline_and_spread(ring_without_dateline, tmp_path):
+    # the run without its dateline sits in results/dateline-torus/ beside the scenario's own runs,
+    # as every sabotage's does: a baseline or a spread taken from it would admit the broken policy
+    _, run_dir = ring_without_dateline
+    assert summary_of(run_dir)["overrides"] == ["controller.dateline=false", "run.report=false"]
+    out = run_cli(tmp_path, "baseline", "dateline-torus", "--run", str(run_dir))
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join((out.stdout + out.stderr).split())
+    assert "summary.json" in said and "overrides" in said and "controller.dateline=false" in said, said
+    out = run_cli(tmp_path, "spread", "dateline-torus", str(run_dir.parent), "--record")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 run(s) left out" in out.stdout and "(controller.dateline=false)" in out.stdout
+    assert "0 run(s) added" in out.stdout
+    assert not (tmp_path / "baselines").exists()
+
+
 def test_compare_tells_two_ecn_thresholds_apart(tmp_path):
     # policy A: incast-ecn as shipped (RED from 100 KB to 400 KB); policy B marks from 20 KB to
     # 100 KB. The queue ramps to ~1.5 MB each iteration either way (no congestion control), so B

@@ -72,6 +72,35 @@ def test_a_spread_recorded_in_its_ledger_outlives_the_run_folders_and_a_dirty_ru
     assert len(ledger.read_text().splitlines()) == 20
 
 
+def test_a_spread_leaves_out_the_runs_a_set_changed_the_policy_of_and_says_which(tmp_path):
+    # a sabotage's runs share results/<scenario>/ with the scenario's own: ECN off, in incast-ecn's
+    # spread, would widen its marks' tolerance down to the sabotage
+    import json
+    import os
+    env = {**os.environ, "TESTBED_BASELINE_DIR": str(tmp_path / "baselines")}
+    runs = tmp_path / "runs"
+    for i in range(20):
+        (runs / f"r{i:02}").mkdir(parents=True)
+        (runs / f"r{i:02}" / "summary.json").write_text(json.dumps(
+            {**_summary(f"r{i:02}", 1.0 + i / 100), "overrides": ["run.dilation=31500"] if i % 2 else []}))
+
+    def spread(*args):
+        return subprocess.run([sys.executable, "-m", "testbed", "spread", "incast-ecn", str(runs), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, env=env)
+    clean = spread()
+    assert clean.returncode == 0 and "left out" not in clean.stdout, clean.stdout + clean.stderr
+    (runs / "sabotage").mkdir()
+    (runs / "sabotage" / "summary.json").write_text(json.dumps(
+        {**_summary("sabotage", 9.0), "overrides": ["qos.ecn=false", "controller.ecn_tuning_kmin_bytes=[1, 2]"]}))
+    out = spread("--record")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 run(s) left out" in out.stdout and "sabotage (qos.ecn=false controller.ecn_tuning_kmin_bytes=[1, 2])" \
+        in " ".join(out.stdout.split()), out.stdout
+    assert "20 run(s) added" in out.stdout
+    assert out.stdout[out.stdout.index("[[tolerance]]"):] == clean.stdout[clean.stdout.index("[[tolerance]]"):]
+    assert "sabotage" not in (tmp_path / "baselines" / "spread" / "incast-ecn.jsonl").read_text()
+
+
 def test_error_text_keeps_its_brackets(tmp_path):
     # rich would read "[[faults]]" as markup and print "[]"
     bad = tmp_path / "bad.toml"

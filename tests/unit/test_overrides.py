@@ -1,6 +1,7 @@
 """--set reaching array tables by name or place, scenario files from any path, and the 'did you
 mean' of a misspelled name (issue 27, item 5)."""
 import dataclasses
+import json
 
 import pytest
 
@@ -102,3 +103,18 @@ def test_a_file_whose_name_cannot_name_a_run_is_refused(tmp_path):
     with pytest.raises(InputError) as e:
         load_scenario(str(path))
     assert "names its runs" in str(e.value)
+
+
+def test_a_scenario_keeps_the_sets_it_was_loaded_with_through_its_record():
+    # the run's manifest and summary carry them (a spread or a baseline refuses a run whose --set
+    # changed the policy): as given, in order, and none for a scenario as its file has it
+    from testbed.scenario import Scenario
+    sets = ["qos.ecn=false", "classes.roce.ecn_kmin_bytes=50KB"]
+    sc = load_scenario("incast-ecn", sets)
+    assert sc.overrides == tuple(sets) and load_scenario("incast-ecn").overrides == ()
+    manifest = json.loads(json.dumps(sc.to_dict()))
+    assert Scenario.from_dict(manifest) == sc and manifest["overrides"] == sets
+    # a run stored before the field existed reads as one without
+    d = json.loads(json.dumps(load_scenario("incast-ecn").to_dict()))
+    del d["overrides"]
+    assert Scenario.from_dict(d).overrides == ()

@@ -318,4 +318,4 @@ def test_the_deadlocking_ring_is_dateline_torus_without_its_dateline():
     shipped = load_scenario("pfc-deadlock-torus")
     sabotaged = load_scenario("dateline-torus", ["controller.dateline=false"])
     differ = {f.name for f in dataclasses.fields(shipped) if getattr(shipped, f.name) != getattr(sabotaged, f.name)}
-    assert differ == {"name", "path", "description", "expect", "tolerance", "regress_skip"}
+    assert differ == {"name", "path", "description", "expect", "tolerance", "regress_skip", "overrides"}

@@ -220,6 +220,21 @@ def test_a_spread_ledger_refuses_a_dirty_run_and_writes_nothing(tmp_path):
     assert not ledger_path("s", tmp_path).exists()
 
 
+def test_a_run_whose_set_changed_the_policy_stays_out_of_ledgers_and_baselines_and_a_slower_one_does_not(tmp_path):
+    from testbed.regress.baselines import ledger_path, record_spread, save_baseline, spread_entry
+    sabotaged = {**_run(1.0, 0, run_id="ecn-off", commit="c1"), "overrides": ["run.dilation=63000", "qos.ecn=false"]}
+    slower = {**_run(1.0, 100, run_id="twice-d", commit="c1"), "overrides": ["run.dilation=63000", "run.report=false"]}
+    with pytest.raises(ValueError, match=r"run ecn-off: it was made with --set qos.ecn=false, which changes"):
+        record_spread("s", [spread_entry(slower), spread_entry(sabotaged)], tmp_path)
+    assert not ledger_path("s", tmp_path).exists()
+    assert record_spread("s", [spread_entry(slower)], tmp_path)[1] == 1
+    assert '"overrides": ["run.dilation=63000", "run.report=false"]' in ledger_path("s", tmp_path).read_text()
+    with pytest.raises(ValueError, match="qos.ecn=false"):
+        save_baseline({**SUMMARY, **sabotaged, "scenario": "y"}, tmp_path)
+    assert not (tmp_path / "y.json").exists()
+    assert save_baseline({**SUMMARY, **slower, "scenario": "y"}, tmp_path).exists()
+
+
 def test_a_bad_spread_ledger_line_names_the_file_line_and_field(tmp_path):
     import json
 
