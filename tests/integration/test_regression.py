@@ -84,8 +84,9 @@ def test_a_sabotaged_run_stays_out_of_its_scenarios_baseline_and_spread(ring_wit
     assert "summary.json" in said and "overrides" in said and "controller.dateline=false" in said, said
     out = run_cli(tmp_path, "spread", "dateline-torus", str(run_dir.parent), "--record")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "1 run(s) left out" in out.stdout and "(controller.dateline=false)" in out.stdout
-    assert "0 run(s) added" in out.stdout
+    said = " ".join(out.stdout.split())
+    assert "1 run(s) left out" in said and "(controller.dateline=false)" in said, out.stdout
+    assert "0 run(s) added" in said, out.stdout
     assert not (tmp_path / "baselines").exists()
 
 
