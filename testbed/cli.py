@@ -419,12 +419,14 @@ def cmd_spread(args) -> int:
                 stored.append(regress.spread_entry(s))
     # compare's policy B, a sweep or a sabotage sits beside the scenario's own runs: in its spread,
     # a run of another policy would widen the tolerance toward that policy
-    foreign = [e for e in stored if regress.overridden(e["overrides"])]
+    foreign = [(e["run_id"], regress.foreign_overrides(e["overrides"])) for e in stored]
+    foreign = [(run_id, sets) for run_id, sets in foreign if sets]
     if foreign:
-        named = "; ".join(f"{e['run_id']} ({' '.join(regress.foreign_overrides(e['overrides']))})" for e in foreign[:3])
+        named = "; ".join(f"{run_id} ({' '.join(sets)})" for run_id, sets in foreign[:3])
         console.print(f"{len(foreign)} run(s) left out, made with --set that changes what {name} emulates or how "
                       f"it is judged: {escape(named)}{'; ...' if len(foreign) > 3 else ''}")
-        stored = [e for e in stored if e not in foreign]
+        left_out = {run_id for run_id, _ in foreign}
+        stored = [e for e in stored if e["run_id"] not in left_out]
     if args.record:
         try:
             path, added = regress.record_spread(name, stored)

@@ -11,6 +11,7 @@ from pathlib import Path
 from testbed.errors import InputError
 from testbed.metrics import DERIVED, TRACKED, Tolerance, metric_class, tolerance_of  # noqa: F401 (also regress's API)
 from testbed.paths import PROJECT_ROOT
+from testbed.scenario.overrides import parse_override
 
 BASELINE_VERSION = 2   # 2: times in hardware time (tracked_value)
 BASELINE_DIR = Path(os.environ.get("TESTBED_BASELINE_DIR", PROJECT_ROOT / "baselines"))
@@ -213,7 +214,7 @@ def foreign_overrides(overrides) -> list[str]:
     """The --set overrides (as given) under which a run measured something other than what its
     scenario file describes: compare's policy B (`classes.roce.ecn_kmin_bytes=20KB`) in a scenario's
     spread would widen its tolerance toward that policy."""
-    return [o for o in overrides or () if o.split("=", 1)[0].strip() not in RECORDABLE_OVERRIDES]
+    return [o for o in overrides or () if parse_override(o)[0] not in RECORDABLE_OVERRIDES]
 
 
 def spread_entry(summary: dict) -> dict:
