@@ -6,6 +6,7 @@ import json
 import operator
 import os
 from collections.abc import Callable
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 
 from testbed.errors import InputError
@@ -197,6 +198,20 @@ def compare(summary: dict, baseline: dict, overrides: dict[str, tuple[float, flo
 # dozen metrics would fail it on spread alone every few runs.
 SPREAD_FACTOR = 1.5
 MIN_SPREAD_RUNS = 20
+# a tolerance is written to this many significant figures, rounded up: rounded to the nearest, it
+# could fall short of SPREAD_FACTOR x the range (dateline-torus's queue p99 over 531712 .. 548328
+# bytes: 1.5 x the range is 24924 bytes, six frames of 4154, stored as 24900; a CI run six frames
+# above the baseline failed it)
+TOLERANCE_DIGITS = 3
+
+
+def round_up(x: float, digits: int = TOLERANCE_DIGITS) -> float:
+    """x >= 0 to `digits` significant figures, rounded up (a float's last-place noise first rounded
+    off at 12, so that 1.5 x 0.19 = 0.28500000000000003 stays 0.285)."""
+    if x <= 0:
+        return 0.0
+    q = Decimal(f"{x:.12g}")
+    return float(q.quantize(Decimal(1).scaleb(q.adjusted() - digits + 1), rounding=ROUND_CEILING))
 
 
 SPREAD_VERSION = 1
@@ -251,7 +266,7 @@ def spread(entries: list[dict], resolution: Callable[[str], float] = lambda path
         vs = sorted(vs)
         lo, hi = vs[0], vs[-1]
         mid = len(vs) // 2
-        measured = float(f"{SPREAD_FACTOR * (hi - lo):.3g}")
+        measured = round_up(SPREAD_FACTOR * (hi - lo))
         step = resolution(path)
         out[path] = {"runs": len(vs), "class": metric_class(path), "min": lo, "max": hi,
                      "median": vs[mid] if len(vs) % 2 else (vs[mid - 1] + vs[mid]) / 2,
@@ -316,7 +331,8 @@ def tolerance_toml(stats: dict[str, dict], commits: list[str]) -> str:
     names = ", ".join(c[:8] + ("-dirty" if c.endswith("-dirty") else "") for c in commits)
     lines = [f"# Run-to-run spread: performance metrics over {runs['performance']} faithful runs, policy metrics "
              f"over {runs['policy']} runs",
-             f"# (commits {names}): each tolerance is {SPREAD_FACTOR:g} x the range (testbed spread)."]
+             f"# (commits {names}): each tolerance is {SPREAD_FACTOR:g} x the range, rounded up to "
+             f"{TOLERANCE_DIGITS} figures (testbed spread)."]
     for path, st in stats.items():
         lines += ["[[tolerance]]", f'metric = "{path}"',
                   f"abs = {st['abs']!r}  # {st['min']:.6g} .. {st['max']:.6g}, median {st['median']:.6g}"

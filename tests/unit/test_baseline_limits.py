@@ -187,3 +187,45 @@ def test_every_committed_spread_ledger_reads_and_holds_runs_of_clean_commits_of_
         assert entries, f"{path}: empty"
         assert len({e["run_id"] for e in entries}) == len(entries), f"{path}: a run twice"
         assert not [e["run_id"] for e in entries if regress.unrecordable(e.get("git_commit"))], path
+
+
+LEDGERS = sorted(p.stem for p in BASELINE_DIR.glob("spread/*.jsonl"))
+
+
+@pytest.mark.parametrize("name", LEDGERS)
+def test_a_scenario_with_a_spread_ledger_holds_the_tolerances_its_ledger_gives(name):
+    # the tables are `testbed spread`'s output over the committed ledger: a hand edit, or a ledger
+    # grown without its tables written again, fails here
+    sc = load_scenario(name)
+    stats = regress.spread(regress.read_ledger(name), lambda path: limits.resolution(path, sc))
+    assert {p: st["abs"] for p, st in stats.items()} == {p: a for p, (_, a) in limits.overrides(sc).items()}
+
+
+def _recorded_ranges(name):
+    """(metric, abs, least, largest) of each [[tolerance]] table whose comment records the range
+    it was measured over ("# lo .. hi, median m"), the range as printed, to six figures."""
+    import re
+    text = (BASELINE_DIR.parent / "scenarios" / f"{name}.toml").read_text()
+    pat = re.compile(r'metric = "([^"]+)"\nabs = (\S+)  # (\S+) \.\. (\S+), median ')
+    return [(m[1], float(m[2]), m[3], m[4]) for m in pat.finditer(text)]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (BASELINE_DIR.parent / "scenarios").glob("*.toml")))
+def test_no_tolerance_is_narrower_than_the_spread_factor_times_the_range_it_records(name):
+    # dateline-torus's queue p99 over 531712 .. 548328 bytes: 1.5 x the range is six frames
+    # (24924 bytes), rounded to the nearest 24900; a CI run six frames above its baseline failed it.
+    # The printed range is exact to half its sixth figure, so the least range it can stand for is
+    # the one checked
+    from decimal import Decimal
+
+    def half_ulp(s):
+        q = Decimal(s)
+        # (.6g prints 0.9999995 as "1")
+        return float(Decimal(5).scaleb(q.adjusted() - 6)) if q else 0.0
+
+    short = []
+    for path, tol, lo, hi in _recorded_ranges(name):
+        least = max(0.0, (float(hi) - half_ulp(hi)) - (float(lo) + half_ulp(lo)))
+        if tol < regress.round_up(regress.SPREAD_FACTOR * least):
+            short.append(f"{path}: {tol} < {regress.SPREAD_FACTOR:g} x ({hi} - {lo})")
+    assert not short, short

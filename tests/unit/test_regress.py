@@ -196,6 +196,29 @@ def test_a_metric_that_moves_in_steps_gets_at_least_one_step_of_tolerance():
     assert {t.metric: t.abs for t in sc.tolerance}[q] == 4154.0
 
 
+def test_a_tolerance_is_never_narrower_than_the_spread_factor_times_the_range():
+    # dateline-torus's queue p99 over 20 runs: 531712 .. 548328 bytes, 1.5 x the range is six
+    # frames of 4154 (24924 bytes); rounded to the nearest three figures it was 24900, and a CI run
+    # six frames above the baseline failed it
+    from testbed.regress.baselines import compare, round_up, spread, spread_entry
+    q = "transport.steady_state.bottleneck_queue.p99_bytes"
+    runs = []
+    for i, p99 in enumerate([531712.0] * 10 + [535866.0] * 9 + [548328.0]):
+        r = _run(1.0 + 0.01 * i, 100)
+        r["transport"] = {"steady_state": {"bottleneck_queue": {"p99_bytes": p99}}}
+        runs.append(r)
+    tol = spread([spread_entry(r) for r in runs], lambda path: 4154.0 if path == q else 0.0)[q]["abs"]
+    assert tol >= 1.5 * (548328 - 531712) and tol == 25000.0
+    base = spread_entry(runs[0])
+    six_up = {"transport": {"steady_state": {"bottleneck_queue": {"p99_bytes": 531712.0 + 6 * 4154}}}}
+    seven_up = {"transport": {"steady_state": {"bottleneck_queue": {"p99_bytes": 531712.0 + 7 * 4154}}}}
+    assert [r["verdict"] for r in compare(six_up, base, {q: (0.0, tol)}) if r["metric"] == q] == ["ok"]
+    assert [r["verdict"] for r in compare(seven_up, base, {q: (0.0, tol)}) if r["metric"] == q] == ["regressed"]
+    # three figures, up; a float's last-place noise is not a figure
+    assert round_up(24924.0) == 25000.0 and round_up(1.5 * 0.19) == 0.285 and round_up(0.0) == 0.0
+    assert round_up(0.0056895) == 0.00569 and round_up(0.00569001) == 0.0057
+
+
 def test_a_spread_ledger_keeps_each_run_once_and_gives_the_spread_its_runs_gave(tmp_path):
     # two sessions' runs, their folders gone after the first: the ledger's spread is the one the
     # summaries themselves give
