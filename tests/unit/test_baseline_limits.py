@@ -8,7 +8,7 @@ import pytest
 from testbed.regress import baselines as regress
 from testbed.regress import limits
 from testbed.regress.baselines import BASELINE_DIR, check_expectations, compare, load_baseline
-from testbed.scenario import load_scenario
+from testbed.scenario import SCENARIO_DIR, load_scenario
 
 BASELINES = sorted(p.stem for p in BASELINE_DIR.glob("*.json"))
 
@@ -205,12 +205,12 @@ def _recorded_ranges(name):
     """(metric, abs, least, largest) of each [[tolerance]] table whose comment records the range
     it was measured over ("# lo .. hi, median m"), the range as printed, to six figures."""
     import re
-    text = (BASELINE_DIR.parent / "scenarios" / f"{name}.toml").read_text()
+    text = (SCENARIO_DIR / f"{name}.toml").read_text()
     pat = re.compile(r'metric = "([^"]+)"\nabs = (\S+)  # (\S+) \.\. (\S+), median ')
     return [(m[1], float(m[2]), m[3], m[4]) for m in pat.finditer(text)]
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (BASELINE_DIR.parent / "scenarios").glob("*.toml")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in SCENARIO_DIR.glob("*.toml")))
 def test_no_tolerance_is_narrower_than_the_spread_factor_times_the_range_it_records(name):
     # dateline-torus's queue p99 over 531712 .. 548328 bytes: 1.5 x the range is six frames
     # (24924 bytes), rounded to the nearest 24900; a CI run six frames above its baseline failed it.
