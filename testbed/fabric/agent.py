@@ -489,7 +489,7 @@ class Agent:
         self.report(now, self._view)
         self.stale.check(self._view, self.pfc.causes)
         if self.rule == "ingress" and self.pfc.feeders:
-            self.leaks.check(self._ing, self.maps.queues["depth_bytes"], self.inputs.now_bytes)
+            self.leaks.check(self._ing, self.maps.queues["depth_bytes"], self.inputs.read_bytes)
 
     def _chore_flush(self, now: int) -> None:
         self.telemetry.flush()

@@ -169,29 +169,36 @@ class InputBacklog:
     def __init__(self, ifindex_port: dict[int, str]):
         self.ports = ifindex_port
         self.max_bytes: dict[str, int] = {}
-        self.now_bytes: dict[str, int] = {}   # at the last sample
         self.samples = 0
         self.busy_samples = 0  # samples in which some port held more than BUSY_BYTES
 
-    def sample(self) -> None:
+    def read_bytes(self) -> dict[str, int]:
+        """What waits in each port's receive sockets now (ports with nothing are left out)."""
+        return self._read() or {}
+
+    def _read(self) -> dict[str, int] | None:
         try:
             lines = Path("/proc/net/packet").read_text().splitlines()[1:]
         except OSError:
-            return
-        busy = False
-        self.now_bytes = {}
+            return None
+        out: dict[str, int] = {}
         for line in lines:
             f = line.split()
             port = self.ports.get(int(f[4]))
             rmem = int(f[6])
-            if port is None or not rmem:
-                continue
-            self.now_bytes[port] = self.now_bytes.get(port, 0) + rmem
+            if port is not None and rmem:
+                out[port] = out.get(port, 0) + rmem
+        return out
+
+    def sample(self) -> None:
+        now = self._read()
+        if now is None:
+            return
+        for port, rmem in now.items():
             if rmem > self.max_bytes.get(port, 0):
                 self.max_bytes[port] = rmem
-            busy |= rmem > INPUT_BUSY_BYTES
         self.samples += 1
-        self.busy_samples += busy
+        self.busy_samples += any(rmem > INPUT_BUSY_BYTES for rmem in now.values())
 
     def past_any_verdict(self, samples_left: int) -> bool:
         """Whether Open vSwitch was behind in more than MAX_INPUT_BUSY_FRACTION of the samples the

@@ -55,27 +55,38 @@ class IngressLeaks:
     def __init__(self, plan_row: np.ndarray, queues: tuple[QueueSpec, ...], switch_rows: dict[str, list[int]],
                  log: Callable[[dict], None]):
         self.plan_row, self.queues, self.switch_rows, self.log = plan_row, queues, switch_rows, log
-        self._last = None      # the rows' counters at the last check
+        self._last = None      # the rows' frame counts at the last check
         self.resyncs = 0
 
-    def check(self, ing: np.ndarray, depth: np.ndarray, input_bytes: dict[str, int]) -> None:
-        """A row can only hold what waits in its port's input socket (input_bytes, by port) plus
-        what the switch's egress queues hold: of a row that saw no frame in or out since the last
-        check, anything above that is written off as lost."""
-        now = (ing["in_pkts"].copy(), ing["out_pkts"].copy())
+    def check(self, ing: np.ndarray, depth: np.ndarray, input_bytes: Callable[[], dict[str, int]]) -> None:
+        """A row can only hold what waits in its port's input socket (input_bytes(): read now, by
+        port) plus what the switch's egress queues hold: of a row that saw no frame in or out since
+        the last check, anything above that is written off as lost.
+
+        ing and depth are the data path's live rows, which it changes while this reads them. So
+        what a row holds comes from one copy of its counters, and the places that could hold it are
+        read after that copy; a row whose counters moved meanwhile (a frame came in, or one of the
+        frames it held left the switch between the copy and the reading of where it could be) is
+        left to the next check. Read live, a frame that arrived as the check ran was counted as
+        held while the socket's bytes came from before it: CI wrote off frames that later left."""
+        snap = ing.copy()
+        now = (snap["in_pkts"], snap["out_pkts"])
         last, self._last = self._last, now
         if last is None:
             return
-        held = held_bytes(ing)
-        suspect = (now[0] == last[0]) & (now[1] == last[1]) & (held > 0)
+        held = held_bytes(snap)
+        suspect = (now[0] == last[0]) & (now[1] == last[1]) & (held > 0) & (self.plan_row >= 0)
         if not suspect.any():
             return
+        inputs = input_bytes()
+        depths = depth.copy()
+        after = ing.copy()
+        for f in ("in_pkts", "in_bytes", "out_pkts", "out_bytes"):
+            suspect &= after[f] == snap[f]
         for r in np.flatnonzero(suspect):
             r = int(r)
-            if self.plan_row[r] < 0:
-                continue
             q = self.queues[self.plan_row[r]]
-            could = input_bytes.get(q.ifname, 0) + int(sum(int(depth[e]) for e in self.switch_rows[q.node]))
+            could = inputs.get(q.ifname, 0) + int(sum(int(depths[e]) for e in self.switch_rows[q.node]))
             lost = int(held[r]) - could
             if lost <= 0:
                 continue
