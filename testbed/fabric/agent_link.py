@@ -101,7 +101,8 @@ class TelemetrySummary(_Report):
     pause_counts: list = dataclasses.field(default_factory=list)
     # Open vSwitch's input backlog so far: [samples, samples with a port over the busy threshold]
     ovs_input: list = dataclasses.field(default_factory=list)
-    # with ECN tuning on, each queue that took ECT frames since the last report (Agent.ecn_report):
+    # with ECN tuning on, each queue that took ECT frames since the last report, and each marking
+    # queue whose port sent bytes since it (Agent.ecn_report):
     # [port, class, bucket bytes, [[bucket, ECT arrivals], ...], marks, the port's bytes sent]
     ecn_queues: list = dataclasses.field(default_factory=list)
     TYPE = "telemetry"

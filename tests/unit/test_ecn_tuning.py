@@ -262,3 +262,42 @@ def test_the_agent_reports_each_marking_queue_s_deltas_since_its_last_report():
     maps.queues["deq_bytes"][4] += 20_000
     assert agent_mod.Agent.ecn_report(a) == [["s-eth2", 1, 25_000, [[2, 5]], 0, 20_000]]
     assert agent_mod.Agent.ecn_report(a) == []
+
+
+def _agent_with_one_marking_queue():
+    import types
+    from testbed.fabric import agent as agent_mod
+    from testbed.fabric.bpfmaps import HIST, PROFILE, QUEUE
+    maps = types.SimpleNamespace(queues=np.zeros(4, QUEUE), profiles=np.zeros(4, PROFILE), hists=np.zeros(4, HIST))
+    maps.profiles["hist_bucket_bytes"][:] = 25_000
+    maps.profiles["ecn_on"][0] = 1                                       # s-eth1 class 1 marks; class 2 does not
+    queues = [types.SimpleNamespace(ifname="s-eth1", cls=c) for c in (1, 2)]
+    a = types.SimpleNamespace(maps=maps, qidx=np.array([0, 1]), queues=queues, _port_of_row=np.array([0, 0]))
+    a._ecn_counters = types.MethodType(agent_mod.Agent._ecn_counters, a)
+    a._last_ecn = a._ecn_counters()
+    return a, maps, agent_mod.Agent.ecn_report
+
+
+def test_a_marking_queue_s_port_is_reported_whenever_it_sent_arrivals_or_not():
+    a, maps, report = _agent_with_one_marking_queue()
+    maps.queues["deq_bytes"][[0, 1]] = [30_000, 10_000]                 # the port sent; no ECT arrival
+    assert report(a) == [["s-eth1", 1, 25_000, [], 0, 40_000]]          # the marking queue, not class 2
+    assert report(a) == []                                               # nothing sent, nothing to say
+
+
+def test_a_port_draining_at_its_rate_reads_as_full_though_few_reports_had_an_arrival():
+    # ecn-tuning-incast's overshoot: the queue MBs deep drains at the port's rate while DCQCN holds
+    # the eight senders to 48 ECT frames a window, which fall in a few of the window's 25 reports
+    rate_bps, report_ns, reports = 8e6, 100_000_000, 25
+    per_report = int(rate_bps * report_ns / 8e9)
+    a, maps, report = _agent_with_one_marking_queue()
+    w = et.Window()
+    for i in range(reports):
+        maps.queues["deq_bytes"][0] += per_report
+        if i % 3 == 0:                                                   # 9 of 25 reports see arrivals
+            maps.hists["ect"][0, 31] += 6
+            maps.queues["mark_pkts"][0] += 6
+        w.add(report(a), 1, report_ns)
+    ev = et.judge(w, 800_000, {"s-eth1": rate_bps}, TARGET)
+    assert ev.arrivals == 54 and ev.queues == 1 and ev.call == et.HARDER
+    assert ev.utilisation == pytest.approx(1.0)
