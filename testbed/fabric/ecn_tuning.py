@@ -25,7 +25,8 @@ percentile, while the marking ports still send at least a share of their rate.
   to 1.1, and doubles back after three moves the same way: it closes in on the boundary of the
   target and still follows a traffic change.
 - **Trial.** A move is judged by the windows after it, as many as made it: harder must lower the
-  share of arrivals that find the queue over budget, or cost no throughput, gentler must raise the throughput or keep the queue within budget.
+  share of arrivals that find the queue over budget, or cost no more throughput than the windows'
+  own swing, gentler must raise the throughput or keep the queue within budget.
   One that did neither is taken back and its way blocked for BLOCK_WINDOWS judged windows: a queue
   that overshoots however early the marks come is not chased to the hardest bound at the cost of
   the throughput. A harder move made while nearly every arrival found the queue over budget is not
@@ -49,10 +50,20 @@ SETTLE_WINDOWS = 1
 # a move on trial: harder must take this share off the arrivals that find the queue over budget
 # (from 800 KB thresholds the queue is MBs deep, past the span, and its p99 cannot show a gain: 2 of
 # 3 ecn-tuning-incast runs took every harder move back when judged by it, 2026-12-06), or cost less
-# than TRIAL_UTIL of the rate; gentler must give TRIAL_UTIL more of the rate, or keep the queue
+# than HARDER_COST of the rate; gentler must give TRIAL_UTIL more of the rate, or keep the queue
 # within its budget
 TRIAL_GAIN = 0.1
 TRIAL_UTIL = 0.02
+# what a harder move may cost before it counts as harm: more than two windows' rate swings by with
+# no move at all, 1.5 x the largest swing measured (as the regression tolerances are set from a
+# spread). DCQCN's sawtooth moves a port's rate from window to window: at a fixed profile, past the
+# start-up overshoot, two windows' mean rate fell below that of the two before the window between
+# them by up to 0.099 of the rate, and by more than 0.02 with no tenth off the share over budget in 13% of
+# the 140 such pairs (ecn-tuning-incast, 20 runs of 1eaddb1, 2026-12-07). Judged by a cost of 0.02,
+# 4 of those 20 runs took back their second harder move (400 KB to 200 KB, 1.2 ms in, on drops of
+# 0.022-0.037 while the overshoot rang), made it again 2.6 ms later, and 2 ended too late to count
+# as converged: the mode behind the CI failure of 9134903.
+HARDER_COST = 0.15
 BLOCK_WINDOWS = 10   # judged windows a move that was taken back stays blocked
 SATURATED = 0.9      # a share of arrivals over budget past which a harder move is not on trial
 HOLD, HARDER, GENTLER, IDLE, SETTLING = "hold", "harder", "gentler", "idle", "settling"
@@ -210,6 +221,10 @@ class ClassTuner:
     recent: list = field(default_factory=list)     # the last judged windows' evidence
     trial: dict | None = None                      # the last move, until its windows judge it
     blocked: dict = field(default_factory=dict)    # call -> judged windows it stays blocked
+    # the rate before a run of harder moves that each cost less than HARDER_COST: every one of them is
+    # held to it, so that steps too small to tell from the windows' swing cannot add up to a starved
+    # port (a move that lowered the queue, a gentler move or one from a saturated queue starts a new run)
+    harder_ref_util: float | None = None
 
     @property
     def profile(self) -> Profile:
@@ -256,8 +271,13 @@ class ClassTuner:
         # by DCQCN's own answer to the overshoot (ecn-tuning-incast, 2026-12-06: the first move
         # from 800 KB, 0.6 ms in, kept or taken back by one window's rate in 1 of 10 runs)
         saturated = ev.call == HARDER and min(e.over_share for e in self.recent) >= SATURATED
+        if ev.call != HARDER or saturated:
+            self.harder_ref_util = None
+        ref = self.harder_ref_util
+        if ref is None:
+            ref = sum(e.utilisation for e in self.recent) / len(self.recent)
         self.trial = None if saturated else {"call": ev.call, "a_before": self.a, "before": list(self.recent),
-                                             "after": []}
+                                             "after": [], "ref_util": ref}
         self.a, self.last_move, self.settle = a, ev.call, SETTLE_WINDOWS
         return ev.call, self.profile
 
@@ -277,11 +297,16 @@ class ClassTuner:
         over_b, over_a = mean(t["before"], "over_share"), mean(t["after"], "over_share")
         util_b, util_a = mean(t["before"], "utilisation"), mean(t["after"], "utilisation")
         if t["call"] == HARDER:
-            helped = over_a < (1 - TRIAL_GAIN) * over_b or util_a >= util_b - TRIAL_UTIL
+            lowered = over_a < (1 - TRIAL_GAIN) * over_b
+            helped = lowered or util_a >= t["ref_util"] - HARDER_COST
+            # a cost the queue's gain paid for is the next move's starting rate
+            self.harder_ref_util = util_a if lowered else t["ref_util"]
         else:
             helped = util_a >= util_b + TRIAL_UTIL or p99_a <= self.target.queue_p99_bytes
         if helped:
             return KEPT, None
+        # back where the run's last kept move left it, held to the same rate
+        self.harder_ref_util = t["ref_util"] if t["call"] == HARDER else None
         self.a, self.settle = t["a_before"], SETTLE_WINDOWS
         self.step, self.same_way, self.last_move = max(STEP_MIN, math.sqrt(self.step)), 0, None
         self.blocked[t["call"]] = BLOCK_WINDOWS
