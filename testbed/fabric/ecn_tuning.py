@@ -299,14 +299,13 @@ class ClassTuner:
         if t["call"] == HARDER:
             lowered = over_a < (1 - TRIAL_GAIN) * over_b
             helped = lowered or util_a >= t["ref_util"] - HARDER_COST
-            # a cost the queue's gain paid for is the next move's starting rate
+            # a cost the queue's gain paid for is the next move's starting rate; a move taken back
+            # leaves the run where its last kept move left it, held to the same rate
             self.harder_ref_util = util_a if lowered else t["ref_util"]
         else:
             helped = util_a >= util_b + TRIAL_UTIL or p99_a <= self.target.queue_p99_bytes
         if helped:
             return KEPT, None
-        # back where the run's last kept move left it, held to the same rate
-        self.harder_ref_util = t["ref_util"] if t["call"] == HARDER else None
         self.a, self.settle = t["a_before"], SETTLE_WINDOWS
         self.step, self.same_way, self.last_move = max(STEP_MIN, math.sqrt(self.step)), 0, None
         self.blocked[t["call"]] = BLOCK_WINDOWS
